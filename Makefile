@@ -1,0 +1,44 @@
+# The course's commands. Every target first runs tools/setup.sh, which installs what is missing
+# (a .venv with the pinned packages, the helpers, Horovod) and returns at once when nothing is.
+SHELL := /bin/bash
+VENV := .venv
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+PY := $(VENV)/bin/python
+# Extra arguments for `make lab`, e.g. LAB_ARGS="--no-browser --port 8890"
+LAB_ARGS ?=
+# `make grade SUBMISSIONS=dir [LAB=01-input-pipeline] [OUT=grades.csv]`
+LAB ?= 01-input-pipeline
+OUT ?= grades.csv
+
+.PHONY: help setup lab test labs grade bench clean
+
+help:
+	@echo "make lab    set up (first time only) and open JupyterLab on the course's start page"
+	@echo "make test   set up and run every test: helpers, notebooks, labs in sync, grading"
+	@echo "make labs   regenerate labs/ (student copies) from solutions/"
+	@echo "make grade SUBMISSIONS=dir [LAB=...] [OUT=grades.csv]   autograde a folder of submissions"
+	@echo "make bench  run the benchmarks and print the speed-up ratios"
+
+setup:
+	@bash tools/setup.sh
+
+lab: setup
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) course/00-setup-and-devices.ipynb $(LAB_ARGS)
+
+test: setup
+	$(PY) tools/notebooks.py
+	$(PY) -m pytest tests build/nbtest --nbval-lax --nbval-cell-timeout=300 \
+	  --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs $(PYTEST_ARGS)
+
+labs: setup
+	$(PY) tools/labs.py generate
+
+grade: setup
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=dir [LAB=$(LAB)] [OUT=$(OUT)]"; exit 2; }
+	$(PY) tools/grade.py "$(SUBMISSIONS)" --lab "$(LAB)" --out "$(OUT)"
+
+bench: setup
+	$(PY) benchmarks/input_pipeline.py
+
+clean:
+	rm -rf build course/runs solutions/*/runs

@@ -1,0 +1,32 @@
+"""The course's helper library: devices, timing, launching workers, offline data, shell commands."""
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+
+from .data import (SlowSource, WhoLoads, digits, load_images, synthetic_images,
+                   tf_pipeline_ops)
+from .devices import (DeviceError, Inventory, TorchPlan, cpu_cores, inventory, tf_devices,
+                      torch_plan)
+from .launch import LaunchError, LaunchResult, free_port, launch
+from .timing import (EpochClock, ScalingRow, Timer, format_table, keras_epoch_timer, measure,
+                     plot_breakdown, plot_speedup, scaling_table, speedup_table, throughput)
+
+__all__ = [
+    "DeviceError", "EpochClock", "Inventory", "LaunchError", "LaunchResult", "ScalingRow",
+    "SlowSource", "Timer", "WhoLoads", "TorchPlan", "cpu_cores", "digits", "format_table", "free_port",
+    "inventory", "keras_epoch_timer", "launch", "load_images", "measure", "plot_breakdown", "plot_speedup",
+    "scaling_table", "sh", "speedup_table", "synthetic_images", "tf_devices", "tf_pipeline_ops", "throughput",
+    "torch_plan",
+]
+
+
+def sh(cmd: str | Sequence[str], *, timeout: float = 600.0) -> str:
+    """Run a shell command from a notebook, print and return its output; fail the cell if it fails."""
+    shell = isinstance(cmd, str)
+    done = subprocess.run(cmd, shell=shell, capture_output=True, text=True, timeout=timeout)
+    out = done.stdout + done.stderr
+    print(out, end="" if out.endswith("\n") or not out else "\n")
+    if done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, cmd, done.stdout, done.stderr)
+    return out

@@ -1,0 +1,171 @@
+"""Find the devices this machine has, and make N of them anyway (logical devices, gloo ranks)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+# Simulated devices are for learning, not speed: past this many, a 2-core laptop spends its time
+# switching between them and the lesson drowns in overhead.
+MAX_SIMULATED = 16
+# Logical GPUs carved from one physical GPU each get this much memory unless told otherwise.
+DEFAULT_LOGICAL_GPU_MB = 2048
+
+
+class DeviceError(RuntimeError):
+    """A device request that cannot be met; the message says what to do instead."""
+
+
+def cpu_cores() -> int:
+    """Number of CPU cores this process may run on (respects affinity and container limits)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def torch_gpus() -> list[str]:
+    """Names of the CUDA GPUs PyTorch sees (empty without torch or without a GPU)."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+
+
+def tf_gpus() -> list[str]:
+    """Names of the physical GPUs TensorFlow sees (empty without TensorFlow or a GPU)."""
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return []
+    return [d.name for d in tf.config.list_physical_devices("GPU")]
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What this machine has: CPU cores and the GPUs each framework can see."""
+
+    cpu_cores: int
+    torch_gpus: list[str] = field(default_factory=list)
+    tf_gpus: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        """One readable line, e.g. '2 CPU cores; torch sees 0 GPUs; TensorFlow sees 0 GPUs'."""
+        return (
+            f"{self.cpu_cores} CPU cores; torch sees {len(self.torch_gpus)} GPU(s)"
+            f"{' ' + str(self.torch_gpus) if self.torch_gpus else ''}; "
+            f"TensorFlow sees {len(self.tf_gpus)} GPU(s)"
+        )
+
+
+def inventory(frameworks: tuple[str, ...] = ("torch", "tensorflow")) -> Inventory:
+    """Look at the machine (importing only the frameworks named) and return an Inventory."""
+    return Inventory(
+        cpu_cores=cpu_cores(),
+        torch_gpus=torch_gpus() if "torch" in frameworks else [],
+        tf_gpus=tf_gpus() if "tensorflow" in frameworks else [],
+    )
+
+
+def _check_count(n: object, what: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise DeviceError(f"asked for {n!r} {what}: pass a whole number such as 2")
+    if n < 1:
+        raise DeviceError(f"asked for {n} {what}: ask for at least 1 (for example 2)")
+    return n
+
+
+def tf_devices(n: int, *, kind: str = "auto", memory_mb: int = DEFAULT_LOGICAL_GPU_MB,
+               verbose: bool = True) -> list[str]:
+    """Give TensorFlow n devices (physical GPUs, logical GPUs or logical CPUs); call before any TF op."""
+    n = _check_count(n, "TensorFlow devices")
+    if kind not in ("auto", "gpu", "cpu"):
+        raise DeviceError(f"kind={kind!r}: use 'auto', 'gpu' or 'cpu'")
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if kind == "gpu" and not gpus:
+        raise DeviceError("kind='gpu' but TensorFlow sees no GPU: use kind='auto' to simulate on CPU")
+    if gpus and kind != "cpu":
+        if len(gpus) >= n:
+            names = [f"/gpu:{i}" for i in range(n)]
+            _say(verbose, f"TensorFlow: {n} replica(s) on {n} physical GPU(s) {names}")
+            return names
+        if n > MAX_SIMULATED:
+            raise DeviceError(f"asked for {n} TensorFlow devices; at most {MAX_SIMULATED} logical "
+                              f"GPUs can be carved from one GPU here: ask for fewer")
+        config = [tf.config.LogicalDeviceConfiguration(memory_limit=memory_mb)] * n
+        names = _configure_logical(tf, gpus[0], config, "GPU", n)
+        _say(verbose, f"TensorFlow: {n} replica(s) on {n} logical GPUs of {memory_mb} MB carved "
+                      f"from {gpus[0].name} (only {len(gpus)} physical GPU(s))")
+        return names
+    if n > MAX_SIMULATED:
+        raise DeviceError(f"asked for {n} TensorFlow devices; the course simulates at most "
+                          f"{MAX_SIMULATED} logical CPU devices ({cpu_cores()} cores here): ask for fewer")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    names = _configure_logical(tf, cpu, [tf.config.LogicalDeviceConfiguration()] * n, "CPU", n)
+    why = "no GPU found" if not gpus else "kind='cpu'"
+    _say(verbose, f"TensorFlow: {n} replica(s) on {n} logical CPU devices sharing "
+                  f"{cpu_cores()} core(s) ({why}; simulated: right numbers, no speed-up)")
+    return names
+
+
+def _configure_logical(tf, device, config, kind: str, n: int) -> list[str]:
+    """Split a physical device into logical ones, or reuse an existing split that is big enough."""
+    prefix = "/gpu" if kind == "GPU" else "/cpu"
+    try:
+        tf.config.set_logical_device_configuration(device, config)
+    except RuntimeError as err:  # the runtime is up: the device layout is fixed for this process
+        have = len(tf.config.list_logical_devices(kind))
+        if have >= n:
+            return [f"{prefix}:{i}" for i in range(n)]
+        raise DeviceError(
+            f"TensorFlow is already initialised with {have} logical {kind} device(s), and the "
+            f"layout cannot change inside a running process. Restart the kernel "
+            f"(Kernel > Restart Kernel) and call tf_devices({n}) before any other TensorFlow code."
+        ) from err
+    return [f"{prefix}:{i}" for i in range(n)]
+
+
+@dataclass(frozen=True)
+class TorchPlan:
+    """How torch gets n devices: nprocs ranks on backend ('gloo' or 'nccl') and device type."""
+
+    nprocs: int
+    backend: str
+    device_type: str
+
+    def line(self) -> str:
+        """One readable line describing the plan."""
+        if self.backend == "nccl":
+            return f"torch: {self.nprocs} rank(s), one per GPU, backend nccl"
+        return (f"torch: {self.nprocs} rank(s) on CPU with backend gloo sharing {cpu_cores()} "
+                f"core(s) (no GPU used)")
+
+
+def torch_plan(n: int, *, backend: str = "auto", verbose: bool = True) -> TorchPlan:
+    """Plan n torch ranks: one NCCL rank per GPU where there are enough GPUs, else gloo on CPU."""
+    n = _check_count(n, "torch ranks")
+    if backend not in ("auto", "gloo", "nccl"):
+        raise DeviceError(f"backend={backend!r}: use 'auto', 'gloo' or 'nccl'")
+    gpus = len(torch_gpus())
+    if backend == "nccl" or (backend == "auto" and gpus):
+        if gpus >= n:
+            plan = TorchPlan(n, "nccl", "cuda")
+            _say(verbose, plan.line())
+            return plan
+        raise DeviceError(
+            f"asked for {n} torch ranks but this machine has {gpus} GPU(s), and NCCL needs one "
+            f"GPU per rank: ask for at most {gpus} rank(s), or pass backend='gloo' to run "
+            f"{n} ranks on the CPU")
+    if n > MAX_SIMULATED:
+        raise DeviceError(f"asked for {n} gloo ranks; the course runs at most {MAX_SIMULATED} "
+                          f"CPU ranks ({cpu_cores()} cores here): ask for fewer")
+    plan = TorchPlan(n, "gloo", "cpu")
+    _say(verbose, plan.line())
+    return plan
+
+
+def _say(verbose: bool, line: str) -> None:
+    if verbose:
+        print(line)

@@ -1,0 +1,70 @@
+"""Generate the student labs (labs/) from their single source (solutions/) with nbgrader, or check
+that labs/ is up to date.
+
+    python tools/labs.py generate   # what `make labs` runs
+    python tools/labs.py check      # exit 1 and list the stale files when labs/ is out of date
+"""
+from __future__ import annotations
+
+import filecmp
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+NBGRADER = str(BIN / "nbgrader")
+# nbgrader runs `alembic` from PATH: make sure it finds this environment's.
+ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def lab_names() -> list[str]:
+    """Every lab: one folder of solutions/ holding at least one notebook."""
+    return sorted(p.name for p in (ROOT / "solutions").iterdir()
+                  if p.is_dir() and any(p.glob("*.ipynb")))
+
+
+def generate(release_dir: Path, db_dir: Path) -> None:
+    """Run nbgrader generate_assignment for every lab into release_dir."""
+    db_dir.mkdir(parents=True, exist_ok=True)
+    for lab in lab_names():
+        subprocess.run(
+            [NBGRADER, "generate_assignment", lab, "--force", "--log-level=WARN",
+             f"--CourseDirectory.release_directory={release_dir}",
+             f"--CourseDirectory.db_url=sqlite:///{db_dir / 'gradebook.db'}"],
+            cwd=ROOT, env=ENV, check=True)
+
+
+def stale(release_dir: Path) -> list[str]:
+    """Files that differ between a fresh generation in release_dir and labs/ (either side)."""
+    labs = ROOT / "labs"
+    fresh = {p.relative_to(release_dir) for p in release_dir.rglob("*") if p.is_file()}
+    have = {p.relative_to(labs) for p in labs.rglob("*") if p.is_file()} if labs.exists() else set()
+    diff = sorted(str(p) for p in fresh ^ have)
+    diff += sorted(str(p) for p in fresh & have
+                   if not filecmp.cmp(release_dir / p, labs / p, shallow=False))
+    return diff
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:] == ["generate"]:
+        generate(ROOT / "labs", ROOT / "build")
+        print(f"labs/ regenerated from solutions/: {', '.join(lab_names())}")
+        return 0
+    if argv[1:] == ["check"]:
+        with tempfile.TemporaryDirectory() as tmp:
+            generate(Path(tmp) / "release", Path(tmp))
+            bad = stale(Path(tmp) / "release")
+        if bad:
+            print("labs/ is out of date with solutions/ (run `make labs`):\n  " + "\n  ".join(bad))
+            return 1
+        print("labs/ is up to date")
+        return 0
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,42 @@
+"""Prepare the course and solution notebooks for the notebook tests.
+
+For each notebook listed in tests/notebooks.yml, papermill (--prepare-only) injects the CI
+parameters after the cell tagged `parameters` and writes a copy under build/nbtest/, keeping the
+recorded outputs; `pytest --nbval-lax build/nbtest` then executes the copies and compares the
+outputs of the cells marked `# NBVAL_CHECK_OUTPUT` with the recorded ones.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import papermill as pm
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "build" / "nbtest"
+
+
+def listed() -> dict[str, dict]:
+    """The notebooks of tests/notebooks.yml with their settings."""
+    return yaml.safe_load((ROOT / "tests" / "notebooks.yml").read_text())
+
+
+def prepare(out: Path = OUT) -> list[Path]:
+    """Write parameterised copies of every listed notebook under out; return their paths."""
+    shutil.rmtree(out, ignore_errors=True)
+    written = []
+    for rel, settings in listed().items():
+        dst = out / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        pm.execute_notebook(str(ROOT / rel), str(dst), parameters=settings.get("ci", {}),
+                            prepare_only=True, log_output=False, progress_bar=False)
+        written.append(dst)
+    return written
+
+
+if __name__ == "__main__":
+    for path in prepare():
+        print(f"prepared {path.relative_to(ROOT)}")
+    sys.exit(0)

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Idempotent set-up, run by every make target: a virtual environment .venv with the pinned
+# packages (requirements.txt), the course's helpers (src/helpers, editable), and Horovod built from
+# source with the course's patches (cached outside the repo, see tools/horovod/build.sh).
+# A second run only checks a stamp and returns in about a second.
+# Variables: PYTHON (default python3), DPC_HOROVOD=0 to skip Horovod, DPC_CACHE for the wheel cache.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+STAMP=$VENV/.dpc-setup
+LOG=build/setup.log
+mkdir -p build
+
+command -v "$PYTHON" >/dev/null || { echo "setup: $PYTHON not found: install Python 3.11 (3.10-3.12 work)" >&2; exit 1; }
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 10) else 1)' \
+  || { echo "setup: $("$PYTHON" --version) is too old: the pinned TensorFlow needs Python >= 3.10" >&2; exit 1; }
+
+WANT=$(cat requirements.txt pyproject.toml tools/setup.sh tools/horovod/build.sh tools/horovod/patches/*.patch \
+       | sha256sum | cut -c1-16)-hvd${DPC_HOROVOD:-1}
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ]; then
+  echo "setup: .venv is up to date"
+  exit 0
+fi
+
+start=$(date +%s)
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating $VENV with $("$PYTHON" --version)"
+  "$PYTHON" -m venv "$VENV"
+fi
+echo "setup: installing the pinned packages (first time: a few minutes, about 3 GB; log in $LOG)"
+if ! "$VENV/bin/python" -m pip install -r requirements.txt >"$LOG" 2>&1; then
+  grep -v "^WARNING: Location" "$LOG" | tail -n 30 >&2
+  echo "setup: pip install failed (see $LOG)" >&2
+  exit 1
+fi
+"$VENV/bin/python" -m pip install --no-deps -e . >>"$LOG" 2>&1
+
+if [ "${DPC_HOROVOD:-1}" != 0 ]; then
+  WHEEL=$(tools/horovod/build.sh "$VENV/bin/python" | tee -a "$LOG" | tail -n 1)
+  "$VENV/bin/python" -m pip install --no-deps --force-reinstall "$WHEEL" >>"$LOG" 2>&1
+  # Horovod's own report of what it was built with: TensorFlow, PyTorch and Gloo must be [X].
+  "$VENV/bin/horovodrun" --check-build 2>>"$LOG" | tee -a "$LOG" | sed -n '/Available Frameworks/,/Available Tensor/p' \
+    | grep -E "TensorFlow|PyTorch|Gloo" || true
+fi
+
+echo "$WANT" > "$STAMP"
+echo "setup: done in $(( $(date +%s) - start )) s"
