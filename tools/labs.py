@@ -31,7 +31,7 @@ def generate(release_dir: Path, db_dir: Path) -> None:
     db_dir.mkdir(parents=True, exist_ok=True)
     for lab in lab_names():
         subprocess.run(
-            [NBGRADER, "generate_assignment", lab, "--force", "--log-level=WARN",
+            [NBGRADER, "generate_assignment", lab, "--force", "--log-level=ERROR",
              f"--CourseDirectory.release_directory={release_dir}",
              f"--CourseDirectory.db_url=sqlite:///{db_dir / 'gradebook.db'}"],
             cwd=ROOT, env=ENV, check=True)

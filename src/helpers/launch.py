@@ -194,6 +194,7 @@ class _Stream:
             # With plain processes, one crashed worker leaves its peers waiting forever: stop now.
             if any(p.poll() not in (None, 0) for _, p in procs):
                 if self.launcher == "tf":
+                    self._drain(sel, buffers)  # keep the crashed worker's last words
                     return True
         for _, p in procs:
             try:
@@ -201,6 +202,25 @@ class _Stream:
             except subprocess.TimeoutExpired:
                 return None
         return any(p.returncode != 0 for _, p in procs)
+
+    def _drain(self, sel: selectors.BaseSelector, buffers: dict[int, bytes]) -> None:
+        """Read, without waiting, what the open pipes still hold (e.g. an exited worker's traceback)."""
+        for key in list(sel.get_map().values()):
+            rank, _ = key.data
+            data = buffers.pop(key.fd, b"")
+            for _ in range(16):  # bounded: a live peer may keep writing
+                try:
+                    chunk = os.read(key.fd, 65536)
+                except BlockingIOError:
+                    break
+                if not chunk:  # EOF
+                    break
+                data += chunk
+            *full, rest = data.split(b"\n")
+            for raw in full:
+                self.line(rank, raw.decode(errors="replace").rstrip("\r"))
+            if rest:
+                self.line(rank, rest.decode(errors="replace"))
 
     def failed_ranks(self, procs: list[tuple[int | None, subprocess.Popen[bytes]]]) -> list[int]:
         """Ranks that failed: from exit codes, the launcher's summary, or a printed traceback."""

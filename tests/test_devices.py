@@ -1,0 +1,196 @@
+"""helpers.devices: counting checks, the torch plan on a GPU-less machine, TensorFlow logical devices.
+
+TensorFlow's device layout is per process and fixed once the runtime starts, so tf_devices is
+exercised in fresh Python subprocesses that print their findings as JSON.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import helpers
+from helpers import DeviceError, TorchPlan
+
+BAD_COUNTS = [
+    (0, r"ask for at least 1"),
+    (-1, r"ask for at least 1"),
+    (2.5, r"pass a whole number"),
+    (True, r"pass a whole number"),
+]
+
+
+@pytest.mark.parametrize(("n", "message"), BAD_COUNTS)
+def test_torch_plan_rejects_bad_counts(n, message):
+    with pytest.raises(DeviceError, match=message):
+        helpers.torch_plan(n)
+
+
+@pytest.mark.parametrize(("n", "message"), BAD_COUNTS)
+def test_tf_devices_rejects_bad_counts(n, message):
+    # The count is checked before TensorFlow is imported, so this is safe in the test process.
+    with pytest.raises(DeviceError, match=message):
+        helpers.tf_devices(n)
+
+
+def test_device_error_is_a_runtime_error():
+    assert issubclass(DeviceError, RuntimeError)
+
+
+def test_torch_plan_uses_gloo_on_cpu_without_gpu(capsys):
+    assert helpers.inventory(("torch",)).torch_gpus == []  # the premise of this test
+    plan = helpers.torch_plan(2)
+    assert plan == TorchPlan(nprocs=2, backend="gloo", device_type="cpu")
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) == 1
+    assert "gloo" in lines[0]
+    assert "2 rank(s)" in lines[0]
+
+
+def test_torch_plan_quiet(capsys):
+    assert helpers.torch_plan(3, verbose=False) == TorchPlan(3, "gloo", "cpu")
+    assert capsys.readouterr().out == ""
+
+
+def test_torch_plan_explicit_gloo():
+    assert helpers.torch_plan(16, backend="gloo", verbose=False) == TorchPlan(16, "gloo", "cpu")
+
+
+def test_torch_plan_caps_simulated_ranks():
+    with pytest.raises(DeviceError, match=r"at most 16"):
+        helpers.torch_plan(17)
+
+
+def test_torch_plan_nccl_without_gpu_suggests_gloo():
+    with pytest.raises(DeviceError, match=r"backend='gloo'") as info:
+        helpers.torch_plan(2, backend="nccl")
+    assert "0 GPU(s)" in str(info.value)
+
+
+def test_torch_plan_unknown_backend():
+    with pytest.raises(DeviceError, match=r"backend='mpi'"):
+        helpers.torch_plan(2, backend="mpi")
+
+
+def test_tf_devices_unknown_kind():
+    with pytest.raises(DeviceError, match=r"kind='tpu'"):
+        helpers.tf_devices(2, kind="tpu")
+
+
+def test_inventory_line_and_cores():
+    assert helpers.cpu_cores() >= 1
+    inv = helpers.inventory(("torch",))
+    assert inv.cpu_cores == helpers.cpu_cores()
+    line = inv.line()
+    assert "CPU cores" in line
+    assert line.startswith(f"{helpers.cpu_cores()} CPU cores")
+
+
+# --- TensorFlow, one fresh process per scenario ------------------------------------------------
+
+_PRELUDE = """
+import json
+import helpers
+from helpers import DeviceError
+out = {}
+def attempt(key, fn):
+    try:
+        out[key] = {"ok": fn()}
+    except DeviceError as err:
+        out[key] = {"error": str(err)}
+"""
+
+# Configure 3 logical CPUs first, then probe what can and cannot change afterwards.
+_SPLIT_FIRST = _PRELUDE + """
+attempt("n17_before", lambda: helpers.tf_devices(17))
+import tensorflow as tf
+names = helpers.tf_devices(3)
+out["n3"] = names
+out["logical"] = len(tf.config.list_logical_devices("CPU"))
+out["replicas"] = tf.distribute.MirroredStrategy(names).num_replicas_in_sync
+attempt("n2_after", lambda: helpers.tf_devices(2))
+attempt("n3_after", lambda: helpers.tf_devices(3, verbose=False))
+attempt("n4_after", lambda: helpers.tf_devices(4))
+attempt("n17_after", lambda: helpers.tf_devices(17))
+attempt("gpu", lambda: helpers.tf_devices(1, kind="gpu"))
+print("RESULT " + json.dumps(out))
+"""
+
+# TensorFlow already running (some op ran) before anyone asked for devices: one CPU device.
+_TF_FIRST = _PRELUDE + """
+import tensorflow as tf
+tf.constant(1.0) + 1.0
+attempt("n1", lambda: helpers.tf_devices(1, verbose=False))
+attempt("n2", lambda: helpers.tf_devices(2))
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def tf_runs():
+    """Run both TensorFlow scripts concurrently (each import costs seconds) and parse their JSON."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    procs = {
+        name: subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name, code in (("split_first", _SPLIT_FIRST), ("tf_first", _TF_FIRST))
+    }
+    results = {}
+    try:
+        for name, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=120)
+            assert proc.returncode == 0, f"{name} failed:\n{stdout}\n{stderr}"
+            found = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
+            assert len(found) == 1, stdout
+            results[name] = {"data": json.loads(found[0][len("RESULT "):]), "stdout": stdout}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results
+
+
+def test_tf_devices_three_logical_cpus(tf_runs):
+    data = tf_runs["split_first"]["data"]
+    assert data["n3"] == ["/cpu:0", "/cpu:1", "/cpu:2"]
+    assert data["logical"] == 3
+    assert data["replicas"] == 3
+    assert "3 replica(s) on 3 logical CPU devices" in tf_runs["split_first"]["stdout"]
+
+
+def test_tf_devices_subset_after_initialisation(tf_runs):
+    data = tf_runs["split_first"]["data"]
+    assert data["n2_after"] == {"ok": ["/cpu:0", "/cpu:1"]}
+    assert data["n3_after"] == {"ok": ["/cpu:0", "/cpu:1", "/cpu:2"]}
+
+
+def test_tf_devices_more_after_initialisation_says_restart(tf_runs):
+    err = tf_runs["split_first"]["data"]["n4_after"]["error"]
+    assert "Restart the kernel" in err
+    assert "already initialised with 3 logical CPU device(s)" in err
+    assert "tf_devices(4)" in err
+
+
+def test_tf_devices_caps_at_sixteen_before_and_after_initialisation(tf_runs):
+    data = tf_runs["split_first"]["data"]
+    for key in ("n17_before", "n17_after"):
+        assert "at most 16" in data[key]["error"], key
+
+
+def test_tf_devices_gpu_without_gpu(tf_runs):
+    err = tf_runs["split_first"]["data"]["gpu"]["error"]
+    assert "sees no GPU" in err
+
+
+def test_tf_devices_after_tf_already_running(tf_runs):
+    data = tf_runs["tf_first"]["data"]
+    assert data["n1"] == {"ok": ["/cpu:0"]}
+    err = data["n2"]["error"]
+    assert "already initialised with 1 logical CPU device(s)" in err
+    assert "Restart the kernel" in err

@@ -1,0 +1,124 @@
+"""The graded-lab pipeline end to end: submissions built from the student copy in labs/ are
+autograded by tools/grade.py (nbgrader, per-cell timeouts, a wall-clock limit per student).
+
+A correct submission gets full marks, typical mistakes lose exactly the points of the tests they
+break, an infinite loop is cut at its cell timeout while the rest is still graded, a notebook that
+survives interrupts is reported 'not graded' without blocking the others, and no process is left.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB = "01-input-pipeline"
+RELEASE = ROOT / "labs" / LAB / "input-pipeline.ipynb"
+
+CORRECT = {
+    "fast-tf-pipeline": '''def fast_tf_pipeline(source, batch_size):
+    ds = tf.data.Dataset.range(len(source))
+    ds = ds.map(lambda i: load_tf(source, i), num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)''',
+    "fast-torch-loader": '''def fast_torch_loader(dataset, batch_size, device):
+    return DataLoader(dataset, batch_size=batch_size, num_workers=3,
+                      pin_memory=device.type == "cuda")''',
+}
+# Typical mistakes: a prefetch but no parallel map; workers but shuffled and always pinned.
+WRONG = {
+    "fast-tf-pipeline": '''def fast_tf_pipeline(source, batch_size):
+    return slow_tf_pipeline(source, batch_size).prefetch(tf.data.AUTOTUNE)''',
+    "fast-torch-loader": '''def fast_torch_loader(dataset, batch_size, device):
+    return DataLoader(dataset, batch_size=batch_size, num_workers=2, shuffle=True,
+                      pin_memory=True)''',
+}
+# A debugging loop left in a cell: interrupted at the cell timeout, the rest is graded.
+LOOPING = {**CORRECT, "fast-tf-pipeline": "while True:\n    pass"}
+# A loop that swallows the interrupt itself: only the wall-clock limit per student stops it.
+SURVIVOR = {**CORRECT, "fast-tf-pipeline": '''import time
+while True:
+    try:
+        time.sleep(0.1)
+    except BaseException:
+        pass'''}
+
+
+def submission(answers: dict[str, str]) -> dict:
+    """The student copy with the answer cells filled in."""
+    nb = json.loads(RELEASE.read_text())
+    for cell in nb["cells"]:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell["source"] = answers[grade_id]
+    return nb
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+    subs = tmp_path_factory.mktemp("submissions")
+    for student, answers in [("correct", CORRECT), ("wrong", WRONG), ("looping", LOOPING),
+                             ("survivor", SURVIVOR)]:
+        (subs / student / LAB).mkdir(parents=True)
+        (subs / student / LAB / "input-pipeline.ipynb").write_text(json.dumps(submission(answers)))
+    (subs / "empty").mkdir()
+    (subs / "garbled.ipynb").write_text("{ not a notebook")
+    before = {f.name: f.read_bytes() for f in subs.rglob("*") if f.is_file()}
+    work = tmp_path_factory.mktemp("grading")
+    out = work / "grades.csv"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "grade.py"), str(subs), "--lab", LAB, "--out", str(out),
+         "--workdir", str(work / "course"), "--cell-timeout", "25", "--notebook-timeout", "150"],
+        capture_output=True, text=True, timeout=1200)
+    print(done.stdout, done.stderr)
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = {f.name: f.read_bytes() for f in subs.rglob("*") if f.is_file()}
+    assert after == before, "grading must not modify the submissions"
+    leftovers = []
+    for proc in psutil.process_iter():
+        try:
+            if str(work) in proc.cwd():
+                leftovers.append(proc.cmdline())
+        except psutil.Error:
+            continue
+    assert not leftovers, f"processes left running after grading: {leftovers}"
+    with out.open() as f:
+        return {row["student"]: row for row in csv.DictReader(f)}
+
+
+def test_correct_submission_gets_full_marks(graded):
+    row = graded["correct"]
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "10", "10")
+
+
+def test_typical_mistakes_lose_the_right_points(graded):
+    row = graded["wrong"]
+    assert row["status"] == "graded"
+    lost = {k: v for k, v in row.items() if k.startswith("test-") and v == "0"}
+    assert set(lost) == {"test-tf-parallel", "test-torch-same-batches", "test-torch-pinned"}
+    assert row["score"] == "5"
+
+
+def test_infinite_loop_is_cut_and_the_rest_graded(graded):
+    row = graded["looping"]
+    assert row["status"] == "graded"
+    assert row["test-tf-same-batches"] == row["test-tf-parallel"] == row["test-tf-prefetch"] == "0"
+    assert (row["test-torch-same-batches"], row["test-torch-workers"], row["test-torch-pinned"]) == ("2", "2", "1")
+    assert row["score"] == "5"
+
+
+def test_interrupt_survivor_is_reported_not_graded(graded):
+    row = graded["survivor"]
+    # nbgrader gives up on such a notebook: the status says why, the others are still graded.
+    assert row["status"].startswith("not graded: a cell ('import time' ...) kept running after its "
+                                    "time limit and an interrupt"), row["status"]
+    assert row["score"] == "0"
+
+
+def test_bad_submissions_get_one_clear_status(graded):
+    assert graded["empty"]["status"] == "missing notebook(s): input-pipeline.ipynb"
+    assert graded["garbled"]["status"].startswith("unreadable notebook input-pipeline.ipynb")

@@ -1,0 +1,257 @@
+"""helpers.launch: real launches and their failure modes (crash, hang, interrupt), never leaving orphans.
+
+Every worker records '<rank>-<pid>' in $DPC_TEST_PIDDIR (tests/workers/ranks.py), so after each
+launch the test can check that none of its processes is still running.
+"""
+from __future__ import annotations
+
+import _thread
+import importlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import pytest
+
+import helpers
+from helpers import LaunchError
+
+WORKERS = Path(__file__).parent / "workers"
+RANKS = WORKERS / "ranks.py"
+launch_module = importlib.import_module("helpers.launch")  # `helpers.launch` is the function
+
+
+def recorded(piddir: Path) -> dict[int, list[int]]:
+    """rank -> pids of the workers that recorded themselves in piddir."""
+    found: dict[int, list[int]] = {}
+    for f in piddir.iterdir():
+        rank, pid = f.name.split("-")
+        found.setdefault(int(rank), []).append(int(pid))
+    return found
+
+
+def _running(pid: int, piddir: Path) -> bool:
+    """True if pid is a live (non-zombie) process of that launch (not a recycled pid)."""
+    if not psutil.pid_exists(pid):
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return proc.environ().get("DPC_TEST_PIDDIR") == str(piddir)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def assert_no_orphans(piddir: Path, ranks: set[int] = frozenset({0, 1})) -> None:
+    """Every recorded worker is gone, and so is any other process of that launch (e.g. torchrun)."""
+    pids = recorded(piddir)
+    assert ranks <= set(pids), f"workers did not record themselves: {pids}"
+    alive = [pid for rank_pids in pids.values() for pid in rank_pids if _running(pid, piddir)]
+    for proc in psutil.process_iter():
+        try:
+            if (proc.pid not in alive and proc.status() != psutil.STATUS_ZOMBIE
+                    and proc.environ().get("DPC_TEST_PIDDIR") == str(piddir)):
+                alive.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    assert not alive, f"orphans left running: {[(p, _cmd(p)) for p in alive]}"
+
+
+def _cmd(pid: int) -> str:
+    try:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return "?"
+
+
+def test_orphan_check_sees_a_live_worker(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            env={**os.environ, "DPC_TEST_PIDDIR": str(tmp_path)})
+    try:
+        (tmp_path / f"0-{proc.pid}").touch()
+        with pytest.raises(AssertionError, match="orphans left running"):
+            assert_no_orphans(tmp_path, {0})
+    finally:
+        proc.kill()
+        proc.wait()
+    assert_no_orphans(tmp_path, {0})
+
+
+# --- arguments ---------------------------------------------------------------------------------
+
+def test_unknown_launcher():
+    with pytest.raises(ValueError, match=r"launcher='mpirun': use one of"):
+        helpers.launch(RANKS, 2, launcher="mpirun", args=["ok"])
+
+
+@pytest.mark.parametrize("nprocs", [0, -1, True, 2.0])
+def test_bad_nprocs(nprocs):
+    with pytest.raises(ValueError, match="ask for at least 1 process"):
+        helpers.launch(RANKS, nprocs, args=["ok"])
+
+
+def test_missing_script(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        helpers.launch(tmp_path / "nope.py", 2)
+
+
+def test_free_port_is_bindable():
+    import socket
+
+    port = helpers.free_port()
+    assert 1024 <= port <= 65535
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+# --- torchrun ----------------------------------------------------------------------------------
+
+@pytest.mark.timeout(180)
+def test_torchrun_ok(tmp_path, capsys):
+    result = helpers.launch(RANKS, 2, args=["ok"], env={"DPC_TEST_PIDDIR": str(tmp_path)})
+    assert result.nprocs == 2
+    assert result.seconds > 0
+    for r in (0, 1):
+        assert f"rank {r} ready" in result.lines(r)
+        assert f"rank {r} sum 3" in result.lines(r)
+    assert result.lines(5) == []
+    out = capsys.readouterr().out
+    assert "[rank 0] rank 0 sum 3" in out
+    assert "[rank 1] rank 1 sum 3" in out
+    assert_no_orphans(tmp_path)
+
+
+@pytest.mark.timeout(180)
+def test_torchrun_crash_names_the_rank(tmp_path):
+    with pytest.raises(LaunchError) as info:
+        helpers.launch(RANKS, 2, args=["crash"], env={"DPC_TEST_PIDDIR": str(tmp_path)}, echo=False)
+    assert_no_orphans(tmp_path)
+    err = info.value
+    assert err.ranks == [1]
+    assert "rank 1 failed" in str(err)
+    assert "fails on purpose" in str(err)
+    assert any("fails on purpose" in ln for ln in err.tails[1])
+
+
+@pytest.mark.timeout(120)
+def test_torchrun_hang_times_out(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(LaunchError, match="timed out") as info:
+        helpers.launch(RANKS, 2, args=["hang"], timeout=20, echo=False,
+                       env={"DPC_TEST_PIDDIR": str(tmp_path)})
+    elapsed = time.monotonic() - start
+    assert_no_orphans(tmp_path)
+    assert 1 in info.value.ranks
+    assert 19 <= elapsed < 60
+    assert "timed out after 20 s" in str(info.value)
+
+
+@pytest.mark.timeout(120)
+def test_keyboard_interrupt_kills_the_launch(tmp_path):
+    timer = threading.Timer(8, _thread.interrupt_main)
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            helpers.launch(RANKS, 2, args=["hang"], timeout=120, echo=False,
+                           env={"DPC_TEST_PIDDIR": str(tmp_path)})
+    finally:
+        timer.cancel()
+    assert_no_orphans(tmp_path)
+    assert time.monotonic() - start < 60
+
+
+# --- plain processes with TF_CONFIG --------------------------------------------------------------
+
+def test_tf_launcher_ok(tmp_path, capsys):
+    result = helpers.launch(RANKS, 2, launcher="tf", args=["tf-ok"],
+                            env={"DPC_TEST_PIDDIR": str(tmp_path)})
+    for r in (0, 1):
+        assert result.lines(r) == [f"worker {r} of 2"]
+    out = capsys.readouterr().out
+    assert "[rank 0] worker 0 of 2" in out and "[rank 1] worker 1 of 2" in out
+    assert_no_orphans(tmp_path)
+
+
+def test_tf_launcher_crash_stops_waiting_peers(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(LaunchError) as info:
+        helpers.launch(RANKS, 2, launcher="tf", args=["tf-crash"], timeout=120, echo=False,
+                       env={"DPC_TEST_PIDDIR": str(tmp_path)})
+    elapsed = time.monotonic() - start
+    assert_no_orphans(tmp_path)
+    assert info.value.ranks == [1]
+    assert "rank 1 failed" in str(info.value)
+    assert "fails on purpose" in str(info.value)
+    assert elapsed < 30
+
+
+def test_tf_launcher_keeps_crashed_workers_last_lines(tmp_path, monkeypatch):
+    # The crashed worker's final line arrives after the launcher noticed it was still running:
+    # make reading slow so that the worker has exited by the time the launcher checks again.
+    script = tmp_path / "last_words.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    print('about to fail', flush=True)\n"
+        "    time.sleep(0.3)\n"
+        "    raise SystemExit('the real reason')\n"
+        "time.sleep(600)\n"
+    )
+    original = launch_module._Stream.line
+
+    def slow_line(self, rank, text):
+        original(self, rank, text)
+        if text == "about to fail":
+            time.sleep(1.5)
+
+    monkeypatch.setattr(launch_module._Stream, "line", slow_line)
+    with pytest.raises(LaunchError) as info:
+        helpers.launch(script, 2, launcher="tf", echo=False, timeout=60)
+    assert info.value.ranks == [1]
+    assert info.value.tails[1] == ["about to fail", "the real reason"]
+    assert "the real reason" in str(info.value)
+
+
+# --- horovodrun --------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("script", ["hvd_torch.py", "hvd_keras.py"])
+def test_horovodrun_ranks_agree(script):
+    result = helpers.launch(WORKERS / script, 2, launcher="horovodrun", timeout=240, echo=False)
+    for r in (0, 1):
+        assert f"rank {r} of 2: weights identical on all ranks: True" in result.lines(r)
+
+
+# --- a classroom node: many launches at once -----------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_twenty_concurrent_launches(tmp_path):
+    dirs = [tmp_path / f"launch{i}" for i in range(20)]
+    for d in dirs:
+        d.mkdir()
+
+    def one(piddir: Path) -> helpers.LaunchResult:
+        return helpers.launch(RANKS, 2, args=["ok"], echo=False, timeout=300,
+                              env={"DPC_TEST_PIDDIR": str(piddir)})
+
+    with ThreadPoolExecutor(20) as pool:
+        futures = [pool.submit(one, d) for d in dirs]
+        errors = [f.exception() for f in futures]
+    assert errors == [None] * 20, "\n\n".join(str(e) for e in errors if e)
+    for f, d in zip(futures, dirs):
+        result = f.result()
+        for r in (0, 1):
+            assert f"rank {r} sum 3" in result.lines(r)
+        assert_no_orphans(d)

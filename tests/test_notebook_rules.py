@@ -1,0 +1,93 @@
+"""The notebook conventions of CONTRIBUTING.md, checked on every notebook of course/ and solutions/."""
+from __future__ import annotations
+
+import json
+import re
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(p.relative_to(ROOT).as_posix() for d in ("course", "solutions")
+                   for p in (ROOT / d).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
+                   and "runs" not in p.parts)
+LISTED = yaml.safe_load((ROOT / "tests" / "notebooks.yml").read_text())
+
+
+def cells(rel: str) -> list[dict]:
+    return json.loads((ROOT / rel).read_text())["cells"]
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def test_every_notebook_is_listed_for_ci():
+    assert NOTEBOOKS, "no notebooks found"
+    assert sorted(LISTED) == NOTEBOOKS, "tests/notebooks.yml must list exactly the notebooks"
+
+
+@pytest.mark.parametrize("rel", NOTEBOOKS)
+def test_has_a_parameters_cell(rel):
+    tagged = [c for c in cells(rel) if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1, f"{rel}: needs exactly one cell tagged 'parameters'"
+    names = set(re.findall(r"^([A-Z_][A-Z0-9_]*)\s*=", source(tagged[0]), re.M))
+    unknown = set(LISTED[rel].get("ci", {})) - names
+    assert not unknown, f"{rel}: CI parameters {unknown} are not in its parameters cell"
+
+
+@pytest.mark.parametrize("rel", NOTEBOOKS)
+def test_no_shell_escapes(rel):
+    """`!cmd` does not fail the cell when cmd fails: notebooks use helpers.sh instead."""
+    for c in cells(rel):
+        if c["cell_type"] != "code":
+            continue
+        for line in source(c).splitlines():
+            stripped = line.strip()
+            assert not (stripped.startswith("!") or stripped.startswith("%%bash")
+                        or stripped.startswith("%%sh") or stripped.startswith("%system")
+                        or re.match(r"\w+\s*=\s*!", stripped)), f"{rel}: shell escape {line!r}"
+
+
+@pytest.mark.parametrize("rel", NOTEBOOKS)
+def test_checked_cells_have_recorded_outputs(rel):
+    """nbval never compares a cell without an execution count: that would disable the check."""
+    for c in cells(rel):
+        if c["cell_type"] == "code" and "NBVAL_CHECK_OUTPUT" in source(c):
+            assert c.get("execution_count") and c.get("outputs"), (
+                f"{rel}: a NBVAL_CHECK_OUTPUT cell has no recorded output: run the notebook and save")
+
+
+def test_grade_ids_are_unique_and_slow_cells_exist():
+    config = runpy.run_path(str(ROOT / "nbgrader_config.py"), init_globals={"get_config": lambda: _Any()})
+    ids = []
+    for rel in NOTEBOOKS:
+        if rel.startswith("solutions/"):
+            for c in cells(rel):
+                nbg = c.get("metadata", {}).get("nbgrader", {})
+                if nbg:
+                    ids.append(nbg["grade_id"])
+                    if nbg.get("grade"):
+                        assert nbg.get("points", 0) > 0, f"{rel}: test {nbg['grade_id']} has no points"
+    assert len(ids) == len(set(ids)), "grade ids must be unique across labs"
+    missing = set(config["SLOW_CELLS"]) - set(ids)
+    assert not missing, f"nbgrader_config.py SLOW_CELLS names unknown grade ids: {missing}"
+
+
+def test_labs_are_generated_from_solutions():
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "labs.py"), "check"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+class _Any:
+    """Stands in for traitlets' config object: any attribute, any assignment."""
+
+    def __getattr__(self, name):
+        value = _Any()
+        object.__setattr__(self, name, value)
+        return value
