@@ -27,8 +27,8 @@ lab: setup
 
 test: setup
 	$(PY) tools/notebooks.py
-	$(PY) -m pytest tests build/nbtest --nbval-lax --nbval-cell-timeout=300 \
-	  --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs $(PYTEST_ARGS)
+	$(PY) -m pytest tests build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
+	  --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs --durations=15 $(PYTEST_ARGS)
 
 labs: setup
 	$(PY) tools/labs.py generate
