@@ -194,3 +194,11 @@ def test_tf_devices_after_tf_already_running(tf_runs):
     err = data["n2"]["error"]
     assert "already initialised with 1 logical CPU device(s)" in err
     assert "Restart the kernel" in err
+
+
+def test_numpy_integers_are_whole_numbers(capsys):
+    """Students loop over np.arange: a NumPy integer is a valid count."""
+    import numpy as np
+
+    plan = helpers.torch_plan(np.int64(2))
+    assert (plan.nprocs, type(plan.nprocs)) == (2, int)

@@ -1,6 +1,7 @@
 """Find the devices this machine has, and make N of them anyway (logical devices, gloo ranks)."""
 from __future__ import annotations
 
+import operator
 import os
 from dataclasses import dataclass, field
 
@@ -68,8 +69,12 @@ def inventory(frameworks: tuple[str, ...] = ("torch", "tensorflow")) -> Inventor
 
 
 def _check_count(n: object, what: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise DeviceError(f"asked for {n!r} {what}: pass a whole number such as 2")
+    try:
+        if isinstance(n, bool):
+            raise TypeError
+        n = operator.index(n)  # int, or a NumPy integer from np.arange
+    except TypeError:
+        raise DeviceError(f"asked for {n!r} {what}: pass a whole number such as 2") from None
     if n < 1:
         raise DeviceError(f"asked for {n} {what}: ask for at least 1 (for example 2)")
     return n
