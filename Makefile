@@ -6,6 +6,8 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 PY := $(VENV)/bin/python
 # Extra arguments for `make lab`, e.g. LAB_ARGS="--no-browser --port 8890"
 LAB_ARGS ?=
+# JupyterLab refuses to run as root unless told; containers (Docker, Colab) often are root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # `make grade SUBMISSIONS=dir [LAB=01-input-pipeline] [OUT=grades.csv]`
 LAB ?= 01-input-pipeline
 OUT ?= grades.csv
@@ -23,7 +25,7 @@ setup:
 	@bash tools/setup.sh
 
 lab: setup
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) course/00-setup-and-devices.ipynb $(LAB_ARGS)
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) course/00-setup-and-devices.ipynb $(ROOT_FLAG) $(LAB_ARGS)
 
 test: setup
 	$(PY) tools/notebooks.py
