@@ -9,9 +9,10 @@ SUBMISSIONS holds one entry per student, any of:
 The submissions are copied, never modified. Grading happens in a fresh nbgrader course folder
 (--workdir, default build/grading/<lab>) whose source is solutions/<lab>, with the per-cell
 time limits of the repository's nbgrader_config.py (keyed on grade ids). Each student is graded
-in a process of their own with a wall-clock limit: a notebook that survives its cell interrupts
-(a loop that catches BaseException, say) is stopped, its processes killed, and the student is
-reported "not graded" instead of blocking everyone else. The CSV has one row per student: score,
+in a process of their own with a wall-clock limit, and every process it started is killed
+afterwards. A notebook nbgrader gives up on (a loop that catches BaseException survives its cell
+interrupt, and nbgrader then discards the notebook) or that outlives the limit is reported
+"not graded" with the reason, instead of blocking everyone else. The CSV has one row per student: score,
 max score, status, and the points of every test cell.
 """
 from __future__ import annotations

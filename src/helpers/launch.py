@@ -181,14 +181,8 @@ class _Stream:
             for key, _ in sel.select(timeout=min(left, 0.2)):
                 rank, p = key.data
                 chunk = os.read(key.fd, 65536)
-                data = buffers.get(key.fd, b"") + chunk
-                *full, rest = data.split(b"\n")
-                buffers[key.fd] = rest
-                for raw in full:
-                    self.line(rank, raw.decode(errors="replace").rstrip("\r"))
+                buffers[key.fd] = self.feed(rank, buffers.get(key.fd, b"") + chunk, final=not chunk)
                 if not chunk:  # EOF
-                    if rest:
-                        self.line(rank, rest.decode(errors="replace"))
                     sel.unregister(key.fileobj)
                     open_pipes -= 1
             # With plain processes, one crashed worker leaves its peers waiting forever: stop now.
@@ -216,11 +210,17 @@ class _Stream:
                 if not chunk:  # EOF
                     break
                 data += chunk
-            *full, rest = data.split(b"\n")
-            for raw in full:
-                self.line(rank, raw.decode(errors="replace").rstrip("\r"))
-            if rest:
-                self.line(rank, rest.decode(errors="replace"))
+            self.feed(rank, data, final=True)
+
+    def feed(self, rank: int | None, data: bytes, final: bool) -> bytes:
+        """Emit the complete lines of data (and, if final, the partial last one); return the rest."""
+        *full, rest = data.split(b"\n")
+        for raw in full:
+            self.line(rank, raw.decode(errors="replace").rstrip("\r"))
+        if final and rest:
+            self.line(rank, rest.decode(errors="replace"))
+            return b""
+        return rest
 
     def failed_ranks(self, procs: list[tuple[int | None, subprocess.Popen[bytes]]]) -> list[int]:
         """Ranks that failed: from exit codes, the launcher's summary, or a printed traceback."""
