@@ -1,0 +1,68 @@
+"""Shared by the grading tests: build submissions from a lab's student copy and grade them with
+tools/grade.py exactly as an instructor would (fresh nbgrader course, per-cell limits, CSV)."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def submission(release: Path, answers: dict[str, str]) -> dict:
+    """The student copy `release` with the answer cells named by grade id replaced by `answers`."""
+    nb = json.loads(release.read_text())
+    unknown = set(answers) - {c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                              for c in nb["cells"]}
+    assert not unknown, f"no answer cells {unknown} in {release}"
+    for cell in nb["cells"]:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell["source"] = answers[grade_id]
+    return nb
+
+
+def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
+              cell_timeout: int = 25, notebook_timeout: float = 150) -> dict[str, dict[str, str]]:
+    """Grade students ({student: {notebook file name: notebook json, or raw text}}) of lab.
+
+    Returns the CSV rows by student.
+    Also checks what every grading run must guarantee: exit 0, submissions untouched, no process
+    left behind.
+    """
+    subs = work / "submissions"
+    for student, notebooks in students.items():
+        (subs / student / lab).mkdir(parents=True)
+        for name, nb in notebooks.items():
+            text = nb if isinstance(nb, str) else json.dumps(nb)
+            (subs / student / lab / name).write_text(text)
+    before = {f: f.read_bytes() for f in subs.rglob("*") if f.is_file()}
+    out = work / "grades.csv"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "grade.py"), str(subs), "--lab", lab, "--out", str(out),
+         "--workdir", str(work / "course"), "--cell-timeout", str(cell_timeout),
+         "--notebook-timeout", str(notebook_timeout)],
+        capture_output=True, text=True, timeout=3000)
+    print(done.stdout, done.stderr)
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = {f: f.read_bytes() for f in subs.rglob("*") if f.is_file()}
+    assert after == before, "grading must not modify the submissions"
+    leftovers = []
+    for proc in psutil.process_iter():
+        try:
+            if str(work) in proc.cwd():
+                leftovers.append(proc.cmdline())
+        except psutil.Error:
+            continue
+    assert not leftovers, f"processes left running after grading: {leftovers}"
+    with out.open() as f:
+        return {row["student"]: row for row in csv.DictReader(f)}
+
+
+def lost(row: dict[str, str]) -> set[str]:
+    """The test cells a graded row got no points for."""
+    return {k for k, v in row.items() if k.startswith("test-") and float(v) == 0}
