@@ -12,14 +12,16 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 LAB ?= 01-input-pipeline
 OUT ?= grades.csv
 
-.PHONY: help setup lab test labs grade bench clean
+.PHONY: help setup lab test labs grade solutions bench clean
 
 help:
 	@echo "make lab    set up (first time only) and open JupyterLab on the course's start page"
 	@echo "make test   set up and run every test: helpers, notebooks, labs in sync, grading"
 	@echo "make labs   regenerate labs/ (student copies) from solutions/"
 	@echo "make grade SUBMISSIONS=dir [LAB=...] [OUT=grades.csv]   autograde a folder of submissions"
-	@echo "make bench  run the benchmarks and print the speed-up ratios"
+	@echo "make solutions [SOLUTIONS_ARGS=--ci]   run every course and solution notebook on this"
+	@echo "            machine's hardware; report in build/solutions/report.md (exit 1 on a failure)"
+	@echo "make bench  run every benchmark side by side, print ratios vs goals, plots in build/bench/"
 
 setup:
 	@bash tools/setup.sh
@@ -39,8 +41,16 @@ grade: setup
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=dir [LAB=$(LAB)] [OUT=$(OUT)]"; exit 2; }
 	$(PY) tools/grade.py "$(SUBMISSIONS)" --lab "$(LAB)" --out "$(OUT)"
 
+# `make solutions [SOLUTIONS_ARGS="--ci --only 07"]`: every notebook of tests/notebooks.yml, executed
+# with parameters for the hardware present (CPU, one GPU, several GPUs).
+SOLUTIONS_ARGS ?=
+solutions: setup
+	$(PY) tools/solutions.py $(SOLUTIONS_ARGS)
+
+# `make bench [BENCH_ARGS="--quick"]`: every benchmark, ratios vs goals; results in build/bench/.
+BENCH_ARGS ?=
 bench: setup
-	$(PY) benchmarks/input_pipeline.py
+	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build course/runs solutions/*/runs

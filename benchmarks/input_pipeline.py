@@ -5,11 +5,12 @@ while a fixed amount of compute per batch stands in for the training step. Varia
 interleaved, REPEAT times, and the script prints median epoch times and the speed-up ratios.
 Goal on a 2-core CPU box: >= 1.8x for both frameworks. Absolute times are only reported.
 
-    python benchmarks/input_pipeline.py [--samples 512] [--repeat 5]
+    python benchmarks/input_pipeline.py [--samples 512] [--repeat 5] [--quick] [--json PATH]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
@@ -73,7 +74,12 @@ def main() -> None:
     p.add_argument("--latency-ms", type=float, default=4.0)
     p.add_argument("--parallel", type=int, default=8)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="256 samples, 3 repeats")
+    p.add_argument("--json", type=str, default=None, help="also write the results here")
     a = p.parse_args()
+    if a.quick:
+        a.samples, a.repeat = 256, 3
+    results = []
     source = helpers.SlowSource(a.samples, latency_ms=a.latency_ms)
     print(f"input pipeline: {a.samples} samples, {a.latency_ms} ms each, step {STEP_MS} ms/batch, "
           f"{helpers.cpu_cores()} cores, median of {a.repeat}")
@@ -91,6 +97,12 @@ def main() -> None:
         ratio = rows[-1][2]
         print(f"RATIO {rows[-1][0]} vs {base}: {ratio:.2f}x (goal >= 1.8x: "
               f"{'met' if ratio >= 1.8 else 'NOT met'})\n")
+        results.append({"what": f"{rows[-1][0]} vs {base}", "ratio": round(ratio, 3), "goal": 1.8,
+                        "medians_s": {k: round(v, 4) for k, v in medians.items()}})
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"benchmark": "input_pipeline", "repeat": a.repeat, "samples": a.samples,
+                       "ratios": results}, f, indent=2)
 
 
 if __name__ == "__main__":

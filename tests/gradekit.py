@@ -27,7 +27,7 @@ def submission(release: Path, answers: dict[str, str]) -> dict:
 
 
 def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
-              cell_timeout: int = 25, notebook_timeout: float = 150) -> dict[str, dict[str, str]]:
+              cell_timeout: int = 45, notebook_timeout: float = 240) -> dict[str, dict[str, str]]:
     """Grade students ({student: {notebook file name: notebook json, or raw text}}) of lab.
 
     Returns the CSV rows by student.

@@ -36,8 +36,10 @@ def test_has_a_parameters_cell(rel):
     tagged = [c for c in cells(rel) if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1, f"{rel}: needs exactly one cell tagged 'parameters'"
     names = set(re.findall(r"^([A-Z_][A-Z0-9_]*)\s*=", source(tagged[0]), re.M))
-    unknown = set(LISTED[rel].get("ci", {})) - names
-    assert not unknown, f"{rel}: CI parameters {unknown} are not in its parameters cell"
+    settings = LISTED[rel] or {}
+    declared = set(settings.get("ci", {})) | set(settings.get("gpu", {})) | set(settings.get("sections", {}))
+    unknown = declared - names
+    assert not unknown, f"{rel}: parameters {unknown} of tests/notebooks.yml are not in its parameters cell"
 
 
 @pytest.mark.parametrize("rel", NOTEBOOKS)

@@ -3,7 +3,8 @@
 # packages (requirements.txt), the course's helpers (src/helpers, editable), and Horovod built from
 # source with the course's patches (cached outside the repo, see tools/horovod/build.sh).
 # A second run only checks a stamp and returns in about a second.
-# Variables: PYTHON (default python3), DPC_HOROVOD=0 to skip Horovod, DPC_CACHE for the wheel cache.
+# Variables: PYTHON (default python3), DPC_HOROVOD=0 to skip Horovod, DPC_CACHE for the wheel cache,
+# DPC_GPU=1/0 to force/skip the GPU extras (default: on when `nvidia-smi -L` lists a GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -16,8 +17,14 @@ command -v "$PYTHON" >/dev/null || { echo "setup: $PYTHON not found: install Pyt
 "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 10) else 1)' \
   || { echo "setup: $("$PYTHON" --version) is too old: the pinned TensorFlow needs Python >= 3.10" >&2; exit 1; }
 
+# On a machine with an NVIDIA driver, TensorFlow needs its CUDA libraries (the `and-cuda` extra);
+# torch from the registry is already a CUDA build there, and Horovod then gets NCCL (build.sh).
+GPU=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then GPU=1; fi
+GPU=${DPC_GPU:-$GPU}
+
 WANT=$(cat requirements.txt pyproject.toml tools/setup.sh tools/horovod/build.sh tools/horovod/patches/*.patch \
-       | sha256sum | cut -c1-16)-hvd${DPC_HOROVOD:-1}
+       | sha256sum | cut -c1-16)-hvd${DPC_HOROVOD:-1}-gpu$GPU
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ]; then
   echo "setup: .venv is up to date"
   exit 0
@@ -33,6 +40,12 @@ if ! "$VENV/bin/python" -m pip install -r requirements.txt >"$LOG" 2>&1; then
   grep -v "^WARNING: Location" "$LOG" | tail -n 30 >&2
   echo "setup: pip install failed (see $LOG)" >&2
   exit 1
+fi
+if [ "$GPU" = 1 ]; then
+  TF_PIN=$(grep -E '^tensorflow==' requirements.txt)
+  echo "setup: GPU found: installing ${TF_PIN/==/[and-cuda]==} (TensorFlow's CUDA libraries)"
+  "$VENV/bin/python" -m pip install "${TF_PIN/==/[and-cuda]==}" >>"$LOG" 2>&1 \
+    || { tail -n 30 "$LOG" >&2; echo "setup: installing TensorFlow's CUDA libraries failed (see $LOG)" >&2; exit 1; }
 fi
 "$VENV/bin/python" -m pip install --no-deps -e . >>"$LOG" 2>&1
 

@@ -1,0 +1,83 @@
+"""tools/solutions.py (`make solutions`): parameters per hardware, declared sections skipped with a
+reason, a report per notebook, and a non-zero exit when a notebook fails."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import solutions  # noqa: E402
+
+SETTINGS = {"ci": {"N": 2}, "gpu": {"N_DEVICES": "gpus", "KIND": "gpu"},
+            "sections": {"RUN_TORCH_SYNCBN": {"gpus": 2, "what": "torch.nn.SyncBatchNorm"}}}
+
+
+def hw(gpus: int) -> solutions.Hardware:
+    return solutions.Hardware(2, gpus, ["H200"] * gpus, f"{gpus} GPUs")
+
+
+def test_cpu_machine_skips_the_two_gpu_section_and_says_why():
+    p = solutions.plan("nb.ipynb", SETTINGS, hw(0), ci=True)
+    assert p.parameters == {"N": 2, "RUN_TORCH_SYNCBN": False}
+    assert p.skipped == {"RUN_TORCH_SYNCBN": "torch.nn.SyncBatchNorm needs 2 GPU(s); this machine has 0"}
+
+
+def test_one_gpu_gets_gpu_parameters_but_still_skips():
+    p = solutions.plan("nb.ipynb", SETTINGS, hw(1), ci=False)
+    assert p.parameters == {"N_DEVICES": 1, "KIND": "gpu", "RUN_TORCH_SYNCBN": False}
+    assert "has 1" in p.skipped["RUN_TORCH_SYNCBN"]
+
+
+def test_four_gpus_run_everything():
+    p = solutions.plan("nb.ipynb", SETTINGS, hw(4), ci=False)
+    assert p.parameters == {"N_DEVICES": 4, "KIND": "gpu", "RUN_TORCH_SYNCBN": True}
+    assert p.skipped == {}
+
+
+def notebook(path: Path, *sources: str) -> Path:
+    nb = new_notebook(cells=[new_code_cell(s) for s in sources],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                               "language": "python"}})
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nbformat.write(nb, path)
+    return path
+
+
+def test_runs_notebooks_reports_and_fails_on_error(tmp_path):
+    good = notebook(tmp_path / "good.ipynb", "N = 10\nRUN_TORCH_SYNCBN = True",
+                    "import helpers.metrics\nhelpers.metrics.record('squares', N * N)\n"
+                    "print('sync bn' if RUN_TORCH_SYNCBN else 'sync bn skipped')")
+    bad = notebook(tmp_path / "bad.ipynb", "N = 1", "raise ValueError(f'broken with N={N}')")
+    manifest = tmp_path / "notebooks.yml"
+    manifest.write_text(f"{good}:\n  ci: {{N: 3}}\n  sections:\n    RUN_TORCH_SYNCBN: "
+                        f"{{gpus: 2, what: torch SyncBN}}\n{bad}:\n  ci: {{N: 4}}\n")
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "solutions.py"), "--ci",
+                           "--manifest", str(manifest), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads((out / "report.json").read_text())
+    by_name = {r["notebook"]: r for r in report["notebooks"]}
+    assert by_name["good.ipynb"]["status"] == "passed"
+    assert by_name["good.ipynb"]["metrics"] == {"squares": 9}
+    assert by_name["good.ipynb"]["skipped"] == {
+        "RUN_TORCH_SYNCBN": "torch SyncBN needs 2 GPU(s); this machine has 0"}
+    executed = nbformat.read(out / "good.ipynb", as_version=4)
+    assert "sync bn skipped" in executed.cells[-1].outputs[0]["text"]
+    assert by_name["bad.ipynb"]["status"] == "failed"
+    assert "ValueError: broken with N=4" in by_name["bad.ipynb"]["error"]
+    md = (out / "report.md").read_text()
+    assert "1 passed, 1 failed." in md and "RUN_TORCH_SYNCBN: torch SyncBN needs 2 GPU(s)" in md
+
+
+def test_unknown_selection_is_one_clear_error(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "solutions.py"), "--only", "nope",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "no notebook in" in done.stderr and "matches 'nope'" in done.stderr

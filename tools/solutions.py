@@ -1,0 +1,187 @@
+"""Execute every course and solution notebook on the hardware present and write a report.
+
+    python tools/solutions.py [--ci] [--only SUBSTRING] [--out build/solutions]
+
+`make solutions` runs this. The notebooks and what they need are declared in tests/notebooks.yml:
+
+    solutions/07-ddp-syncbn/ddp.ipynb:
+      ci: {N_STEPS: 2}                 # small parameters (CI, --ci)
+      gpu: {N_RANKS: gpus}             # parameters on a machine with GPUs; `gpus` = their number
+      sections:                        # parts that need hardware, switched by a bool parameter
+        RUN_TORCH_SYNCBN: {gpus: 2, what: "torch.nn.SyncBatchNorm (one GPU per rank)"}
+
+The hardware is looked at once (GPUs torch and TensorFlow see). A section whose need is not met
+gets its parameter set to False and is reported as skipped with the reason, never silently; one
+whose need is met gets True. Each notebook runs in a fresh kernel beside its source (papermill),
+the executed copy goes to OUT/<path>, and OUT/report.md + OUT/report.json list per notebook: the
+devices used, the parameters, wall time, skipped sections, the key numbers the notebook recorded
+with helpers.metrics.record, and pass/fail (with the error). The exit status is 1 if any failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "tests" / "notebooks.yml"
+sys.path.insert(0, str(ROOT / "src"))
+from helpers.metrics import ENV as METRICS_ENV, read as read_metrics  # noqa: E402
+
+
+@dataclass
+class Hardware:
+    """What the notebooks will run on."""
+
+    cpu_cores: int
+    gpus: int
+    gpu_names: list[str]
+    line: str
+
+
+@dataclass
+class Plan:
+    """How one notebook is run: its parameters and the sections switched off (with why)."""
+
+    notebook: str
+    parameters: dict[str, object]
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    """What running one notebook gave."""
+
+    notebook: str
+    status: str  # "passed" or "failed"
+    seconds: float
+    devices: str
+    parameters: dict[str, object]
+    skipped: dict[str, str]
+    metrics: dict[str, object]
+    error: str = ""
+
+
+def look_at_hardware() -> Hardware:
+    """Count the GPUs (in a child process, so this one never initialises CUDA) and the cores."""
+    code = ("import json, helpers; inv = helpers.inventory(); "
+            "print(json.dumps([inv.cpu_cores, inv.torch_gpus, inv.tf_gpus, inv.line()]))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300, check=True).stdout.strip().splitlines()[-1]
+    cores, torch_gpus, tf_gpus, line = json.loads(out)
+    names = torch_gpus or tf_gpus
+    return Hardware(cores, max(len(torch_gpus), len(tf_gpus)), names, line)
+
+
+def load_manifest(path: Path = MANIFEST) -> dict[str, dict]:
+    """The notebooks and their settings, in the manifest's order."""
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def plan(notebook: str, settings: dict, hw: Hardware, ci: bool) -> Plan:
+    """The parameters for this notebook on this hardware (CI-sized when ci), sections decided."""
+    params: dict[str, object] = dict(settings.get("ci", {})) if ci else {}
+    if hw.gpus:
+        for name, value in settings.get("gpu", {}).items():
+            params[name] = hw.gpus if value == "gpus" else value
+    skipped = {}
+    for flag, need in settings.get("sections", {}).items():
+        wanted = int(need.get("gpus", 0))
+        params[flag] = hw.gpus >= wanted
+        if hw.gpus < wanted:
+            skipped[flag] = (f"{need.get('what', flag)} needs {wanted} GPU(s); this machine has "
+                             f"{hw.gpus}")
+    return Plan(notebook, params, skipped)
+
+
+def run(p: Plan, out: Path, hw: Hardware, cell_timeout: int) -> Result:
+    """Execute one notebook in a fresh kernel beside its source; never raises for its errors."""
+    import papermill as pm
+
+    src = Path(p.notebook) if Path(p.notebook).is_absolute() else ROOT / p.notebook
+    rel = src.relative_to(ROOT) if src.is_relative_to(ROOT) else Path(src.name)
+    dst = out / rel
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    metrics_file = dst.with_suffix(".metrics.jsonl")
+    metrics_file.unlink(missing_ok=True)
+    os.environ[METRICS_ENV] = str(metrics_file)  # the kernel inherits it
+    start = time.monotonic()
+    error = ""
+    try:
+        pm.execute_notebook(str(src), str(dst), parameters=p.parameters, cwd=str(src.parent),
+                            kernel_name="python3", execution_timeout=cell_timeout,
+                            log_output=False, progress_bar=False)
+    except pm.PapermillExecutionError as e:
+        error = f"cell {e.exec_count}: {e.ename}: {e.evalue}".strip()
+    except Exception as e:  # kernel died, timeout, unreadable notebook
+        error = f"{type(e).__name__}: {e}".strip()
+    finally:
+        os.environ.pop(METRICS_ENV, None)
+    seconds = time.monotonic() - start
+    return Result(str(rel), "failed" if error else "passed", round(seconds, 1), hw.line,
+                  p.parameters, p.skipped, read_metrics(str(metrics_file)), error[:2000])
+
+
+def report(results: list[Result], hw: Hardware, out: Path, ci: bool) -> str:
+    """Write OUT/report.json and OUT/report.md; return the markdown."""
+    (out / "report.json").write_text(json.dumps(
+        {"hardware": asdict(hw), "ci_parameters": ci, "notebooks": [asdict(r) for r in results]},
+        indent=2))
+    size = "CI (small)" if ci else "realistic (the notebooks' defaults)"
+    lines = [f"# Solution notebooks on {hw.line}", "",
+             f"Parameters: {size}"
+             f"{' + GPU settings' if hw.gpus else ''}.", "",
+             "| notebook | result | wall s | parameters | skipped sections | key numbers |",
+             "|---|---|---|---|---|---|"]
+    for r in results:
+        params = ", ".join(f"{k}={v}" for k, v in r.parameters.items()) or "defaults"
+        skipped = "; ".join(f"{k}: {v}" for k, v in r.skipped.items()) or "-"
+        metrics = ", ".join(f"{k}={v}" for k, v in r.metrics.items()) or "-"
+        result = "passed" if r.status == "passed" else f"**FAILED**: {r.error.splitlines()[0]}"
+        lines.append(f"| {r.notebook} | {result} | {r.seconds:.0f} | {params} | {skipped} | {metrics} |")
+    failed = [r for r in results if r.status != "passed"]
+    lines += ["", f"{len(results) - len(failed)} passed, {len(failed)} failed."]
+    text = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ci", action="store_true", help="use the small CI parameters")
+    ap.add_argument("--only", default="", help="run only notebooks whose path contains this")
+    ap.add_argument("--out", type=Path, default=ROOT / "build" / "solutions")
+    ap.add_argument("--manifest", type=Path, default=MANIFEST)
+    ap.add_argument("--cell-timeout", type=int, default=1800, help="seconds per cell")
+    a = ap.parse_args(argv)
+    manifest = {k: v or {} for k, v in load_manifest(a.manifest).items() if a.only in k}
+    if not manifest:
+        print(f"solutions: no notebook in {a.manifest} matches {a.only!r}", file=sys.stderr)
+        return 2
+    hw = look_at_hardware()
+    print(f"solutions: {len(manifest)} notebook(s) on {hw.line}", flush=True)
+    a.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for notebook, settings in manifest.items():
+        p = plan(notebook, settings, hw, a.ci)
+        for flag, why in p.skipped.items():
+            print(f"  {notebook}: section {flag} skipped: {why}", flush=True)
+        r = run(p, a.out, hw, a.cell_timeout)
+        print(f"  {r.notebook}: {r.status} in {r.seconds:.0f} s"
+              f"{': ' + r.error.splitlines()[0] if r.error else ''}", flush=True)
+        results.append(r)
+    print(report(results, hw, a.out, a.ci))
+    print(f"solutions: executed notebooks and report.md in {a.out}")
+    return 1 if any(r.status != "passed" for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
