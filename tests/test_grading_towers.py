@@ -1,0 +1,129 @@
+"""Lab 4 (manual towers) graded end to end: submissions built from the student copy in labs/ are
+autograded by tools/grade.py; a correct submission gets full marks and the typical mistakes lose
+exactly the points of the tests they break.
+
+Three submissions keep it cheap (each grading run starts TensorFlow with 4 logical devices):
+  correct  - the solution;
+  summing  - sums the tower gradients instead of averaging them, and gives every tower the whole
+             batch (forgot to split): loses the plain-average test, the equality test (N times
+             too large a step) and the split test — and nothing else: with the whole batch on
+             every tower the weighted average and the loss happen to stay right;
+  unweighted - averages gradients and losses without the shares when the slices are uneven, and
+             keeps a gradient buffer per tower as new tf.Variables: loses the uneven-split test,
+             the loss test and the shared-variables test.
+"""
+from __future__ import annotations
+
+import pytest
+from gradekit import ROOT, grade_all, lost, submission as fill
+
+LAB = "04-manual-towers"
+RELEASE = ROOT / "labs" / LAB / "towers.ipynb"
+
+AVERAGE = '''def average_gradients(tower_grads, weights=None):
+    n = len(tower_grads)
+    if weights is None:
+        weights = [1.0 / n] * n
+    out = []
+    for pairs in zip(*tower_grads):
+        out.append((tf.add_n([w * g for w, (g, _) in zip(weights, pairs)]), pairs[0][1]))
+    return out'''
+
+STEP = '''def tower_step(model, optimizer, x, y, devices, sizes=None):
+    n = len(devices)
+    sizes = sizes or [x.shape[0] // n] * n
+    shares = [s / sum(sizes) for s in sizes]
+    xs, ys = tf.split(x, sizes), tf.split(y, sizes)
+    tower_grads, losses = [], []
+    for i, d in enumerate(devices):
+        with tf.device(d):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(ys[i], model(xs[i], training=True))
+        tower_grads.append(list(zip(tape.gradient(loss, model.trainable_variables),
+                                    model.trainable_variables)))
+        losses.append(loss)
+    optimizer.apply_gradients(average_gradients(tower_grads, shares))
+    return sum(s * l for s, l in zip(shares, losses))'''
+
+CORRECT = {"tw-average-gradients": AVERAGE, "tw-tower-step": STEP}
+
+SUMMING = {
+    # The plain path sums; the weighted path is right.
+    "tw-average-gradients": '''def average_gradients(tower_grads, weights=None):
+    out = []
+    for pairs in zip(*tower_grads):
+        grads = [g for g, _ in pairs]
+        if weights is None:
+            out.append((tf.add_n(grads), pairs[0][1]))
+        else:
+            out.append((tf.add_n([w * g for w, g in zip(weights, grads)]), pairs[0][1]))
+    return out''',
+    # Every tower gets the whole batch; weights only passed for uneven splits.
+    "tw-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None):
+    tower_grads, losses = [], []
+    for d in devices:
+        with tf.device(d):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+        tower_grads.append(list(zip(tape.gradient(loss, model.trainable_variables),
+                                    model.trainable_variables)))
+        losses.append(loss)
+    weights = None if sizes is None else [s / sum(sizes) for s in sizes]
+    optimizer.apply_gradients(average_gradients(tower_grads, weights))
+    return tf.reduce_mean(tf.stack(losses))''',
+}
+
+UNWEIGHTED = {
+    "tw-average-gradients": AVERAGE,
+    # Splits correctly but ignores the shares, and accumulates into new variables per tower.
+    "tw-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None):
+    n = len(devices)
+    sizes = sizes or [x.shape[0] // n] * n
+    xs, ys = tf.split(x, sizes), tf.split(y, sizes)
+    tower_grads, losses = [], []
+    for i, d in enumerate(devices):
+        with tf.device(d):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(ys[i], model(xs[i], training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            buffers = [tf.Variable(g) for g in grads]
+        tower_grads.append([(b.read_value(), v) for b, v in zip(buffers, model.trainable_variables)])
+        losses.append(loss)
+    optimizer.apply_gradients(average_gradients(tower_grads))
+    return tf.reduce_mean(tf.stack(losses))''',
+}
+
+
+def submission(answers: dict[str, str]) -> dict:
+    """The student copy with the answer cells filled in."""
+    return fill(RELEASE, answers)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+    name = RELEASE.name
+    students = {s: {name: submission(a)} for s, a in [
+        ("correct", CORRECT), ("summing", SUMMING), ("unweighted", UNWEIGHTED)]}
+    # Generous limits: three TensorFlow start-ups on a shared 2-core box.
+    return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=60,
+                     notebook_timeout=400)
+
+
+def test_correct_submission_gets_full_marks(graded):
+    row = graded["correct"]
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "12", "12"), row
+    assert not lost(row)
+
+
+def test_summing_and_not_splitting_lose_their_tests(graded):
+    row = graded["summing"]
+    assert row["status"] == "graded"
+    assert lost(row) == {"test-tw-average", "test-tw-equal", "test-tw-split"}
+    assert row["score"] == "6"
+
+
+def test_unweighted_uneven_average_and_new_variables_lose_their_tests(graded):
+    row = graded["unweighted"]
+    assert row["status"] == "graded"
+    assert lost(row) == {"test-tw-uneven", "test-tw-loss", "test-tw-shared"}
+    assert row["score"] == "8"
