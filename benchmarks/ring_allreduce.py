@@ -87,6 +87,8 @@ def plot(rows: list[dict], path: Path) -> None:
             pts = sorted((r["bytes"], r["busbw"]) for r in rows if r["n"] == n and r["method"] == method)
             ax.plot([b / 2**20 for b, _ in pts], [v / 1e9 for _, v in pts], "o-", label=label)
         ax.set_xscale("log", base=2)
+        mbs = sorted({r["bytes"] / 2**20 for r in rows})
+        ax.set_xticks(mbs, [f"{mb:g}" for mb in mbs])
         ax.set_xlabel("message size (MB)")
         ax.set_ylabel("bus bandwidth (GB/s)")
         ax.set_title(f"N = {n} ranks")

@@ -298,12 +298,16 @@ def deadlock_guard(seconds: float, what: str = "the ring") -> Iterator[None]:
 
 
 def count_sends() -> dict[str, int]:
-    """Wrap dist.send/isend of this process to count bytes and peers; returns the live counters."""
+    """Wrap dist.send/isend of this process to count bytes and peers; returns the live counters.
+
+    Call it before importing code that does `from torch.distributed import isend`.
+    """
     import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
 
     counts: dict[str, int] = {"bytes": 0, "messages": 0}
     for name in ("send", "isend"):
-        original = getattr(dist, name)
+        original = getattr(c10d, name)
         if getattr(original, "_counted", False):
             original = original.__wrapped__
 
@@ -318,6 +322,7 @@ def count_sends() -> dict[str, int]:
         wrapped._counted = True  # type: ignore[attr-defined]
         wrapped.__wrapped__ = original  # type: ignore[attr-defined]
         setattr(dist, name, wrapped)
+        setattr(c10d, name, wrapped)  # P2POp / batch_isend_irecv check ops against this module
     return counts
 
 
