@@ -9,7 +9,7 @@ with 2 and 4 ranks. Absolute bandwidths are only reported.
     python benchmarks/ring_allreduce.py [--sizes-mb 1 4 16 64] [--nprocs 2 4] [--repeat 5]
                                         [--quick] [--json build/bench/ring_allreduce.json]
 
-When started by torchrun (RANK is set) this file is the worker itself.
+The script launches itself with torchrun (hidden --worker flag) as the worker of each measurement.
 """
 from __future__ import annotations
 
