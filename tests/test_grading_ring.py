@@ -1,0 +1,127 @@
+"""Grading of lab 05 (ring all-reduce): a correct submission gets full marks; typical mistakes
+(wrong ring step index, an all-gather that overwrites the wrong chunk, a ring that deadlocks
+because every rank sends before it receives, whole buffers sent instead of chunks) lose exactly
+the points of the tests they break, and a deadlock is stopped by its guard, not by the grader."""
+from __future__ import annotations
+
+import pytest
+from gradekit import ROOT, grade_all, lost, submission as fill
+
+LAB = "05-ring-allreduce"
+RELEASE = ROOT / "labs" / LAB / "ring.ipynb"
+
+SIM_RS = '''def sim_reduce_scatter(chunks, wire):
+    n = len(chunks)
+    for step in range(n - 1):
+        for r in range(n):
+            c = {chunk}
+            right = (r + 1) % n
+            chunks[right][c] = chunks[right][c] + wire.send(r, right, {payload})
+'''
+SIM_AG = '''def sim_all_gather(chunks, wire):
+    n = len(chunks)
+    for step in range(n - 1):
+        for r in range(n):
+            c = {chunk}
+            right = (r + 1) % n
+            chunks[right][c] = wire.send(r, right, chunks[r][c])
+'''
+REAL = '''%%writefile runs/05/student_ring.py
+import torch
+import torch.distributed as dist
+from helpers.ring import chunk_bounds
+
+
+def reduce_scatter(flat):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    bounds = chunk_bounds(flat.numel(), n)
+    right, left = (rank + 1) % n, (rank - 1) % n
+    buf = torch.empty(max(hi - lo for lo, hi in bounds), dtype=flat.dtype)
+    for step in range(n - 1):
+        s_lo, s_hi = bounds[{send_chunk}]
+        r_lo, r_hi = bounds[{recv_chunk}]
+{exchange}
+        flat[r_lo:r_hi] += buf[:r_hi - r_lo]
+
+
+def all_gather(flat):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    bounds = chunk_bounds(flat.numel(), n)
+    right, left = (rank + 1) % n, (rank - 1) % n
+    for step in range(n - 1):
+        s_lo, s_hi = bounds[(rank + 1 - step) % n]
+        r_lo, r_hi = bounds[(rank - step) % n]
+        reqs = [dist.isend(flat[s_lo:s_hi], right), dist.irecv(flat[r_lo:r_hi], left)]
+        for req in reqs:
+            req.wait()
+
+
+def ring_allreduce(flat):
+    reduce_scatter(flat)
+    all_gather(flat)
+    return flat
+'''
+NONBLOCKING = '''        reqs = [dist.isend(flat[s_lo:s_hi], right), dist.irecv(buf[:r_hi - r_lo], left)]
+        for req in reqs:
+            req.wait()'''
+BLOCKING = '''        dist.send(flat[s_lo:s_hi], right)  # every rank sends first: nobody receives
+        dist.recv(buf[:r_hi - r_lo], left)'''
+GOOD_STEP = dict(send_chunk="(rank - step) % n", recv_chunk="(rank - step - 1) % n")
+BAD_STEP = dict(send_chunk="(rank + step) % n", recv_chunk="(rank + step - 1) % n")
+
+CORRECT = {
+    "ring-sim-reduce-scatter": SIM_RS.format(chunk="(r - step) % n", payload="chunks[r][c]"),
+    "ring-sim-all-gather": SIM_AG.format(chunk="(r + 1 - step) % n"),
+    "ring-real": REAL.format(exchange=NONBLOCKING, **GOOD_STEP),
+}
+# Wrong step index in the simulated reduce-scatter, an all-gather that forwards the chunk it just
+# received the wrong way round, and a real ring whose ranks all send before receiving (deadlock).
+WRONG = {
+    "ring-sim-reduce-scatter": SIM_RS.format(chunk="(r + step) % n", payload="chunks[r][c]"),
+    "ring-sim-all-gather": SIM_AG.format(chunk="(r - step) % n"),
+    "ring-real": REAL.format(exchange=BLOCKING, **GOOD_STEP),
+}
+# Right sums but whole buffers on the wire in the simulation; wrong step index in the real ring.
+WASTEFUL = {
+    "ring-sim-all-gather": CORRECT["ring-sim-all-gather"],
+    "ring-real": REAL.format(exchange=NONBLOCKING, **BAD_STEP),
+}
+# (sends every chunk each step, keeps only the one it needs: right sums, N times the traffic)
+WASTEFUL["ring-sim-reduce-scatter"] = '''def sim_reduce_scatter(chunks, wire):
+    n = len(chunks)
+    for step in range(n - 1):
+        for r in range(n):
+            c = (r - step) % n
+            right = (r + 1) % n
+            everything = wire.send(r, right, np.concatenate(chunks[r]))
+            lo, hi = chunk_bounds(len(everything), n)[c]
+            chunks[right][c] = chunks[right][c] + everything[lo:hi]
+'''
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+    name = RELEASE.name
+    students = {s: {name: fill(RELEASE, a)} for s, a in [
+        ("correct", CORRECT), ("wrong", WRONG), ("wasteful", WASTEFUL)]}
+    return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), notebook_timeout=600)
+
+
+def test_correct_submission_gets_full_marks(graded):
+    row = graded["correct"]
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "12", "12"), row
+
+
+def test_wrong_step_wrong_chunk_and_deadlock_lose_their_points(graded):
+    row = graded["wrong"]
+    assert row["status"] == "graded", row
+    assert lost(row) == {"test-ring-sim-rs", "test-ring-sim-ag", "test-ring-real-exact",
+                         "test-ring-real-traffic"}, row
+    assert row["score"] == "2"
+
+
+def test_wasted_traffic_and_wrong_real_step_lose_their_points(graded):
+    row = graded["wasteful"]
+    assert row["status"] == "graded", row
+    assert lost(row) == {"test-ring-sim-traffic", "test-ring-real-exact"}, row
+    assert row["score"] == "7"
