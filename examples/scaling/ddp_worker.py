@@ -37,7 +37,8 @@ parser.add_argument("--width", type=int, default=512, help="bench: hidden width"
 parser.add_argument("--depth", type=int, default=8, help="bench: hidden layers")
 args = parser.parse_args()
 
-use_cuda = torch.cuda.is_available()
+# NCCL needs one GPU per rank of the node; with fewer GPUs the ranks run on the CPU over gloo.
+use_cuda = 0 < int(os.environ.get("LOCAL_WORLD_SIZE", 1)) <= torch.cuda.device_count()
 dist.init_process_group("nccl" if use_cuda else "gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -88,6 +89,9 @@ def train() -> None:
 
 
 def bench() -> None:
+    # One thread per rank whatever the rank count (torchrun sets OMP_NUM_THREADS=1 only for 2+
+    # ranks per node): otherwise 1 rank would use every core and the comparison would be unfair.
+    torch.set_num_threads(1)
     def make() -> nn.Module:
         torch.manual_seed(0)
         layers: list[nn.Module] = [nn.Linear(64, args.width), nn.ReLU()]

@@ -14,9 +14,11 @@ from torch import nn
 from helpers import digits
 
 hvd.init()                                                   # 1. start Horovod
-if torch.cuda.is_available():
+# GPUs only with a Horovod built with NCCL and one GPU per rank of the node (else the CPU, gloo).
+use_cuda = bool(hvd.nccl_built()) and hvd.local_size() <= torch.cuda.device_count()
+if use_cuda:
     torch.cuda.set_device(hvd.local_rank())                  # 2. one GPU per process
-device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+device = torch.device("cuda" if use_cuda else "cpu")
 torch.set_num_threads(1)  # several ranks share the node's cores
 print(f"rank {hvd.rank()} of {hvd.size()}: host entry {os.environ.get('HOROVOD_HOSTNAME', '?')} "
       f"(machine {socket.gethostname()}), local_rank {hvd.local_rank()} of {hvd.local_size()}, "
