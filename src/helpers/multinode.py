@@ -1,0 +1,240 @@
+"""Several "nodes" on one machine, and the SLURM variables a real cluster gives each task.
+
+`launch_nodes` starts one torchrun agent per node (the same command a cluster runs on every
+node) that meet at a c10d rendezvous; `horovodrun_hosts` runs horovodrun with a host list;
+`slurm_tasks` starts plain processes carrying the SLURM_* variables srun would set, to test a
+worker's SLURM → launcher mapping without SLURM. The mapping itself (`torch_env_from_slurm`,
+`tf_config_from_slurm`) is what the workers of examples/scaling/ call on a cluster.
+Every launch reuses helpers.launch's machinery: a free port, a timeout, per-rank `[rank N]`
+output, one LaunchError naming the failing rank, and no process left behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from .launch import (MARKER, LaunchResult, _bin, _live_ranks, _ranks_text, _Stream, free_port,
+                     kill_launch)
+
+# torchrun prefixes worker lines with the *local* rank by default: two nodes would both print
+# [rank0]. This template (read by torchrun) makes the prefix the global rank.
+PREFIX_TEMPLATE = "[rank${rank}]:"
+
+
+@dataclass
+class MultiResult(LaunchResult):
+    """A LaunchResult that also records the exact command line of every launcher process."""
+
+    commands: list[list[str]] = field(default_factory=list)
+
+
+def torchrun_node_argv(script: str, nnodes: int, nproc_per_node: int, endpoint: str,
+                       run_id: str, args: Sequence[str] = (), python: str = sys.executable) -> list[str]:
+    """The torchrun command of one node of a multi-node job: identical on every node."""
+    return [python, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+            f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", "--tee=3", "--role=rank",
+            script, *args]
+
+
+def launch_nodes(script: str | os.PathLike[str], nnodes: int = 2, nproc_per_node: int = 1, *,
+                 args: Sequence[str] = (), timeout: float = 120.0,
+                 env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+                 echo: bool = True) -> MultiResult:
+    """Run script as a job of nnodes torchrun agents (one process each = one "node") on this machine."""
+    _check_counts(nnodes=nnodes, nproc_per_node=nproc_per_node)
+    script = _script(script)
+    endpoint = f"localhost:{free_port()}"
+    run_id = uuid.uuid4().hex[:12]
+    argv = torchrun_node_argv(script, nnodes, nproc_per_node, endpoint, run_id, args)
+    extra = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": PREFIX_TEMPLATE}
+    return _run([(None, argv, {**extra, "DPC_NODE": str(i)}) for i in range(nnodes)],
+                "torchrun", nnodes * nproc_per_node, timeout, env, cwd, echo, early_stop=True)
+
+
+def local_addresses() -> set[str]:
+    """The IPv4 addresses of this machine's interfaces (127.0.0.1 included)."""
+    return {a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family == socket.AF_INET}
+
+
+def parse_hosts(hosts: str) -> list[tuple[str, int]]:
+    """horovodrun's -H syntax 'a:2,b:2' as [(host, slots)] (slots default to 1)."""
+    out = []
+    for item in hosts.split(","):
+        name, _, slots = item.strip().partition(":")
+        if not name or (slots and not slots.isdigit()) or slots == "0":
+            raise ValueError(f"bad host entry {item!r} in {hosts!r}: write host:slots, e.g. localhost:2")
+        out.append((name, int(slots or 1)))
+    return out
+
+
+def remote_hosts(hosts: str) -> list[str]:
+    """The hosts of a -H list that horovodrun would reach over ssh (it runs the others locally)."""
+    mine = local_addresses()
+    remote = []
+    for name, _ in parse_hosts(hosts):
+        try:
+            address = socket.gethostbyname(name)
+        except socket.gaierror:
+            address = None
+        if address not in mine:
+            remote.append(name)
+    return remote
+
+
+def horovodrun_hosts(script: str | os.PathLike[str], hosts: str, np: int | None = None, *,
+                     args: Sequence[str] = (), timeout: float = 180.0,
+                     env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+                     echo: bool = True) -> MultiResult:
+    """Run `horovodrun -np N -H hosts --gloo python script`; refuse hosts that would need ssh."""
+    slots = sum(s for _, s in parse_hosts(hosts))
+    np = slots if np is None else np
+    _check_counts(np=np)
+    if np > slots:
+        raise ValueError(f"np={np} but the hosts {hosts!r} offer only {slots} slot(s)")
+    remote = remote_hosts(hosts)
+    if remote:
+        raise ValueError(f"hosts {remote} are not this machine: horovodrun would start their ranks "
+                         "over ssh (needs passwordless ssh and the same environment there)")
+    script = _script(script)
+    argv = [_bin("horovodrun"), "-np", str(np), "-H", hosts, "--gloo", "--gloo-timeout-seconds",
+            "60", sys.executable, script, *args]
+    return _run([(None, argv, {})], "horovodrun", np, timeout, env, cwd, echo, early_stop=False)
+
+
+def slurm_tasks(script: str | os.PathLike[str], ntasks: int = 2, *, ntasks_per_node: int = 1,
+                args: Sequence[str] = (), timeout: float = 120.0,
+                env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+                echo: bool = True) -> MultiResult:
+    """Start ntasks processes with the SLURM_* variables srun gives its tasks (no SLURM needed)."""
+    _check_counts(ntasks=ntasks, ntasks_per_node=ntasks_per_node)
+    script = _script(script)
+    nnodes = -(-ntasks // ntasks_per_node)
+    host = socket.gethostname()
+    procs = []
+    for task in range(ntasks):
+        slurm = {"SLURM_PROCID": str(task), "SLURM_NTASKS": str(ntasks),
+                 "SLURM_LOCALID": str(task % ntasks_per_node),
+                 "SLURM_NODEID": str(task // ntasks_per_node), "SLURM_NNODES": str(nnodes),
+                 "SLURM_NTASKS_PER_NODE": str(ntasks_per_node), "SLURM_JOB_NODELIST": host,
+                 "SLURM_JOB_ID": "0"}
+        procs.append((task, [sys.executable, script, *args], slurm))
+    return _run(procs, "tf", ntasks, timeout, env, cwd, echo, early_stop=True)
+
+
+def torch_env_from_slurm(environ: Mapping[str, str]) -> dict[str, str]:
+    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE for torch.distributed from srun's SLURM_* variables."""
+    need = ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "MASTER_ADDR", "MASTER_PORT"]
+    missing = [k for k in need if k not in environ]
+    if missing:
+        raise KeyError(f"missing {missing}: srun sets the SLURM_* ones, the batch script must "
+                       "export MASTER_ADDR (first host of the job) and MASTER_PORT")
+    rank, world = int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"])
+    if not 0 <= rank < world:
+        raise ValueError(f"SLURM_PROCID={rank} is not in 0..{world - 1}")
+    per_node = environ.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]  # e.g. '4(x2)'
+    return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": environ["SLURM_LOCALID"],
+            "LOCAL_WORLD_SIZE": per_node if per_node.isdigit() else "1"}
+
+
+def tf_config_from_slurm(environ: Mapping[str, str]) -> str:
+    """TF_CONFIG for task SLURM_PROCID, from TF_WORKERS ('host:port,...' one per task, set by the batch script)."""
+    if "SLURM_PROCID" not in environ or "TF_WORKERS" not in environ:
+        raise KeyError("need SLURM_PROCID (set by srun) and TF_WORKERS (host:port of every task, "
+                       "exported by the batch script)")
+    workers = [w.strip() for w in environ["TF_WORKERS"].split(",") if w.strip()]
+    index = int(environ["SLURM_PROCID"])
+    ntasks = int(environ.get("SLURM_NTASKS", len(workers)))
+    if len(workers) != ntasks or not 0 <= index < ntasks:
+        raise ValueError(f"TF_WORKERS lists {len(workers)} worker(s) but SLURM_NTASKS={ntasks} "
+                         f"and SLURM_PROCID={index}: one host:port per task")
+    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+
+
+# --- machinery ------------------------------------------------------------------------------------
+
+def _check_counts(**counts: int) -> None:
+    for name, n in counts.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name}={n!r}: must be an integer >= 1")
+
+
+def _script(script: str | os.PathLike[str]) -> str:
+    path = Path(script).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"worker script {path} does not exist")
+    return str(path)
+
+
+def _run(commands: list[tuple[int | None, list[str], dict[str, str]]], kind: str, nprocs: int,
+         timeout: float, env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None,
+         echo: bool, early_stop: bool) -> MultiResult:
+    """Start the processes, stream their output, raise LaunchError on failure; always clean up."""
+    launch_id = uuid.uuid4().hex
+    base_env = {**os.environ, **(env or {}), MARKER: launch_id, "PYTHONUNBUFFERED": "1"}
+    procs: list[tuple[int | None, subprocess.Popen[bytes]]] = []
+    stream = _Stream(kind, nprocs, echo)
+    start = time.monotonic()
+    try:
+        for rank, argv, extra in commands:
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, env={**base_env, **extra}, cwd=cwd,
+                                 start_new_session=True)
+            procs.append((rank, p))
+        deadline = start + timeout
+        failed = _pump(stream, procs, deadline) if early_stop else stream.pump(procs, deadline)
+        seconds = time.monotonic() - start
+        if failed is None:
+            hung = _live_ranks(launch_id) or [r for r, p in procs if r is not None and p.poll() is None]
+            raise stream.error(f"timed out after {timeout:.0f} s; still running: "
+                               f"{_ranks_text(hung or list(range(nprocs)))} "
+                               "(a hang: a node or rank waiting for a peer?)", hung or list(range(nprocs)))
+        if failed:
+            ranks = stream.failed_ranks(procs)
+            raise stream.error(f"{_ranks_text(ranks)} failed", ranks)
+        return MultiResult(nprocs, seconds, stream.outputs, stream.launcher_lines,
+                           commands=[argv for _, argv, _ in commands])
+    finally:
+        kill_launch(launch_id, [p for _, p in procs])
+
+
+def _pump(stream: _Stream, procs: list[tuple[int | None, subprocess.Popen[bytes]]],
+          deadline: float) -> bool | None:
+    """Stream until all exit (True if one failed), the first failure (True), or the deadline (None)."""
+    sel = selectors.DefaultSelector()
+    buffers: dict[int, bytes] = {}
+    for rank, p in procs:
+        assert p.stdout is not None
+        os.set_blocking(p.stdout.fileno(), False)
+        sel.register(p.stdout, selectors.EVENT_READ, (rank, p))  # the layout _Stream._drain reads
+    while sel.get_map():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        for key, _ in sel.select(timeout=min(left, 0.2)):
+            chunk = os.read(key.fd, 65536)
+            buffers[key.fd] = stream.feed(key.data[0], buffers.get(key.fd, b"") + chunk, final=not chunk)
+            if not chunk:
+                sel.unregister(key.fileobj)
+        # One failed node or task leaves its peers waiting for it: stop the whole job now.
+        if any(p.poll() not in (None, 0) for _, p in procs):
+            stream._drain(sel, buffers)
+            return True
+    for _, p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return None
+    return any(p.returncode != 0 for _, p in procs)
