@@ -24,6 +24,12 @@ SLOW_CELLS = {
     "tf-measure": 240,
     "torch-baseline": 180,
     "torch-measure": 180,
+    # Lab 6 (Horovod): single-process references and horovodrun launches (TensorFlow ranks are slow
+    # to start: every process, and horovodrun itself, imports TensorFlow).
+    "hvd-torch-reference": 120,
+    "hvd-torch-run": 300,
+    "hvd-keras-reference": 180,
+    "hvd-keras-run": 360,
 }
 
 
