@@ -46,7 +46,7 @@ def worker(sizes_mb: list[float], repeat: int, iters: int) -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
         from helpers.launch import free_port
         port = free_port()
-    port = hvd.broadcast_object(port, root_rank=0)
+    port = hvd.broadcast_object(port, root_rank=0, name="port")  # same name on every rank
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=hvd.rank(),
                             world_size=hvd.size())
 

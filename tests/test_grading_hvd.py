@@ -86,4 +86,4 @@ def test_typical_mistakes_lose_exactly_their_points(graded):
     # still agree with each other and only rank 0 checkpoints: kept.
     assert lost(row) == {"hvd-test-torch-consistent", "hvd-test-torch-matches",
                          "hvd-test-torch-checkpoints", "hvd-test-keras-matches", "hvd-test-keras-lr"}
-    assert float(row["score"]) == 2 + 1 + 2  # torch-lr, keras-consistent, keras-checkpoints
+    assert float(row["score"]) == 1 + 2 + 1  # torch-lr, keras-consistent, keras-checkpoints
