@@ -31,6 +31,12 @@ SLOW_CELLS = {
     # if it deadlocks); the exact test also launches the hidden world sizes 2 and 4.
     "ring-check-run": 180,
     "test-ring-real-exact": 300,
+    # Lab 6 (Horovod): single-process references and horovodrun launches (TensorFlow ranks are slow
+    # to start: every process, and horovodrun itself, imports TensorFlow).
+    "hvd-torch-reference": 120,
+    "hvd-torch-run": 300,
+    "hvd-keras-reference": 180,
+    "hvd-keras-run": 360,
 }
 
 

@@ -1,0 +1,145 @@
+"""Horovod all-reduce benchmark (gloo, CPU): bus bandwidth per message size and number of ranks,
+side by side with torch.distributed's gloo all_reduce in the same processes.
+
+For N in {2, 4} the script launches itself with `horovodrun -np N --gloo` (helpers.launch). Every
+rank all-reduces (sums) float32 tensors of 1, 4, 16 and 64 MB with Horovod and with
+torch.distributed (a second gloo group over the same processes); sizes and libraries are
+interleaved, REPEAT times, and the medians are reported. Bandwidths use the definition of the
+ring benchmark and of nccl-tests:
+
+    algbw = bytes / time        busbw = algbw * 2(N-1)/N
+
+(a ring all-reduce sends and receives 2(N-1)/N of the message per rank, so busbw is comparable
+across N, and with the link's bandwidth). On a shared 2-core box ranks compete for cores: the
+numbers are what they are; only the ratios measured side by side in one run mean much.
+
+    python benchmarks/hvd_allreduce.py [--ranks 2 4] [--sizes-mb 1 4 16 64] [--repeat 5]
+                                       [--quick] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RESULT = "HVD_ALLREDUCE_RESULT "  # the line rank 0 prints its measurements on
+
+
+def bus_factor(n: int) -> float:
+    """busbw / algbw for an all-reduce over n ranks: 2(n-1)/n."""
+    return 2 * (n - 1) / n
+
+
+def worker(sizes_mb: list[float], repeat: int, iters: int) -> None:
+    """One rank: time Horovod's and torch.distributed's all-reduce; rank 0 prints the medians."""
+    import horovod.torch as hvd
+    import torch
+    import torch.distributed as dist
+
+    hvd.init()
+    torch.set_num_threads(1)
+    port = None
+    if hvd.rank() == 0:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+        from helpers.launch import free_port
+        port = free_port()
+    port = hvd.broadcast_object(port, root_rank=0, name="port")  # same name on every rank
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=hvd.rank(),
+                            world_size=hvd.size())
+
+    def run_hvd(t: torch.Tensor, name: str) -> None:
+        hvd.allreduce_(t, op=hvd.Sum, name=name)
+
+    def run_torch(t: torch.Tensor, name: str) -> None:
+        dist.all_reduce(t)
+
+    libs = {"horovod": run_hvd, "torch.distributed": run_torch}
+    tensors = {mb: torch.ones(int(mb * 2**20) // 4) for mb in sizes_mb}
+    for mb, t in tensors.items():  # warm-up: connections, buffers, Horovod's negotiation
+        for lib, fn in libs.items():
+            fn(t, f"warm.{mb}")
+    times: dict[tuple[str, float], list[float]] = {(lib, mb): [] for lib in libs for mb in sizes_mb}
+    for r in range(repeat):
+        order = list(libs) if r % 2 == 0 else list(reversed(libs))  # interleaved, alternating
+        for mb, t in tensors.items():
+            for lib in order:
+                dist.barrier()
+                start = time.perf_counter()
+                for i in range(iters):
+                    libs[lib](t, f"bench.{mb}")
+                elapsed = (time.perf_counter() - start) / iters
+                # the slowest rank decides when an all-reduce is done
+                times[(lib, mb)].append(max(hvd.allgather_object(elapsed)))
+    if hvd.rank() == 0:
+        rows = []
+        for (lib, mb), ts in times.items():
+            med = statistics.median(ts)
+            nbytes = int(mb * 2**20) // 4 * 4
+            algbw = nbytes / med / 1e9
+            rows.append({"library": lib, "ranks": hvd.size(), "mbytes": mb, "bytes": nbytes,
+                         "median_s": med, "algbw_GBps": algbw,
+                         "busbw_GBps": algbw * bus_factor(hvd.size()), "repeats": repeat})
+        print(RESULT + json.dumps(rows), flush=True)
+    dist.destroy_process_group()
+
+
+def table(rows: list[dict]) -> str:
+    """The results as a text table: one line per (ranks, size), both libraries and their ratio."""
+    by = {(r["ranks"], r["mbytes"], r["library"]): r for r in rows}
+    keys = sorted({(r["ranks"], r["mbytes"]) for r in rows})
+    head = (f"{'ranks':>5} {'MB':>5} | {'horovod ms':>10} {'busbw GB/s':>10} | "
+            f"{'torch ms':>9} {'busbw GB/s':>10} | {'hvd/torch busbw':>15}")
+    lines = [head, "-" * len(head)]
+    for n, mb in keys:
+        h, t = by[(n, mb, "horovod")], by[(n, mb, "torch.distributed")]
+        lines.append(f"{n:>5} {mb:>5g} | {h['median_s'] * 1e3:>10.1f} {h['busbw_GBps']:>10.2f} | "
+                     f"{t['median_s'] * 1e3:>9.1f} {t['busbw_GBps']:>10.2f} | "
+                     f"{h['busbw_GBps'] / t['busbw_GBps']:>15.2f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    p.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 4, 16, 64])
+    p.add_argument("--repeat", type=int, default=5, help="interleaved repeats (medians over them)")
+    p.add_argument("--iters", type=int, default=2, help="all-reduces per timed sample")
+    p.add_argument("--quick", action="store_true", help="1 and 4 MB, 3 repeats, 1 iteration")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.quick:
+        a.sizes_mb, a.repeat, a.iters = [1, 4], 3, 1
+    if a.worker:
+        worker(a.sizes_mb, a.repeat, a.iters)
+        return
+
+    import helpers
+
+    rows: list[dict] = []
+    for n in a.ranks:
+        args = ["--worker", "--repeat", str(a.repeat), "--iters", str(a.iters),
+                "--sizes-mb", *map(str, a.sizes_mb)]
+        res = helpers.launch(__file__, n, launcher="horovodrun", args=args, timeout=a.timeout,
+                             echo=False)
+        found = [ln for ln in res.lines(0) if ln.startswith(RESULT)]
+        if not found:
+            raise SystemExit(f"rank 0 reported nothing with {n} ranks:\n" + "\n".join(res.lines(0)))
+        rows += json.loads(found[-1][len(RESULT):])
+        print(f"{n} ranks measured in {res.seconds:.0f} s", flush=True)
+    print("\nAll-reduce (sum) of float32 tensors over gloo on CPU; medians of "
+          f"{a.repeat} interleaved repeats; busbw = bytes/time x 2(N-1)/N")
+    print(table(rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps({
+            "benchmark": "hvd_allreduce", "backend": "gloo (CPU)",
+            "busbw": "algbw * 2(N-1)/N, algbw = bytes / median time", "rows": rows}, indent=1))
+        print(f"wrote {a.json}")
+
+
+if __name__ == "__main__":
+    main()
