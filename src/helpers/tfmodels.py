@@ -77,5 +77,6 @@ def epoch_seconds(strategy: Any, x: np.ndarray, y: np.ndarray, batch_size: int, 
                       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
     timer = keras_epoch_timer()
-    model.fit(image_dataset(x, y, batch_size), epochs=epochs + 1, verbose=0, callbacks=[timer])
+    model.fit(image_dataset(x, y, batch_size), epochs=epochs + 1, verbose=0, callbacks=[timer],
+              shuffle=False)  # a tf.data pipeline shuffles itself; Keras would warn
     return timer.times[1:]  # the first epoch traces and compiles the step: not representative
