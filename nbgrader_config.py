@@ -24,6 +24,12 @@ SLOW_CELLS = {
     "tf-measure": 240,
     "torch-baseline": 180,
     "torch-measure": 180,
+    # lab 02-mirrored-strategy: Keras fit on 4 devices, and tests that build and trace many strategies
+    "ms-setup": 120,
+    "ms-fit": 300,
+    "ms-test-global-batch": 120,
+    "ms-test-build": 180,
+    "ms-test-step": 180,
 }
 
 
