@@ -22,12 +22,12 @@ import helpers  # noqa: E402
 from helpers.tfmodels import image_dataset, mobilenet_v2_small  # noqa: E402
 
 
-def build(strategy, image_size: int, lr: float, width: int):
+def build(strategy, image_size: int, lr: float, width: int, blocks: int):
     """The model compiled under the strategy's scope."""
     import tensorflow as tf
 
     with strategy.scope():
-        model = mobilenet_v2_small(image_size, 10, width=width)
+        model = mobilenet_v2_small(image_size, 10, width=width, blocks=blocks)
         model.compile(optimizer=tf.keras.optimizers.Adam(lr),
                       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
@@ -39,12 +39,13 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=512)
     p.add_argument("--image-size", type=int, default=24)
     p.add_argument("--width", type=int, default=16)
+    p.add_argument("--blocks", type=int, default=3, help="inverted-residual stages of the model")
     p.add_argument("--batch", type=int, default=64, help="batch of the 1-device run")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="fewer, smaller samples, 2 repeats")
     a = p.parse_args()
     if a.quick:
-        a.samples, a.repeat, a.image_size, a.width = 256, 2, 16, 8
+        a.samples, a.repeat, a.image_size, a.width, a.blocks = 256, 2, 16, 8, 1
     devices = helpers.tf_devices(a.devices)
     import tensorflow as tf
 
@@ -60,7 +61,7 @@ def main() -> None:
     }
     runs = {}
     for name, (strategy, batch, lr) in setups.items():
-        model = build(strategy, a.image_size, lr, a.width)
+        model = build(strategy, a.image_size, lr, a.width, a.blocks)
         data = image_dataset(x, y, batch)
         model.fit(data, epochs=1, verbose=0, shuffle=False)  # warm-up: traces and compiles the step
         runs[name] = (model, data, [])
