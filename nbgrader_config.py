@@ -37,6 +37,12 @@ SLOW_CELLS = {
     "hvd-torch-run": 300,
     "hvd-keras-reference": 180,
     "hvd-keras-run": 360,
+    # lab 02-mirrored-strategy: Keras fit on 4 devices, and tests that build and trace many strategies
+    "ms-setup": 120,
+    "ms-fit": 300,
+    "ms-test-global-batch": 120,
+    "ms-test-build": 180,
+    "ms-test-step": 180,
 }
 
 
