@@ -7,11 +7,12 @@ logical CPU devices that share the same cores (expect no speed-up there: the rat
 overhead of replication, not a gain). The three set-ups run interleaved, REPEAT times, after one
 warm-up epoch each; the script prints median epoch times and ratios. Nothing is asserted.
 
-    python benchmarks/mirrored.py [--devices 4] [--samples 512] [--repeat 3] [--quick]
+    python benchmarks/mirrored.py [--devices 4] [--samples 512] [--repeat 3] [--quick] [--json PATH]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
@@ -43,6 +44,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=64, help="batch of the 1-device run")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="fewer, smaller samples, 2 repeats")
+    p.add_argument("--json", default=None, help="also write the medians and ratios here")
     a = p.parse_args()
     if a.quick:
         a.samples, a.repeat, a.image_size, a.width, a.blocks = 256, 2, 16, 8, 1
@@ -76,6 +78,12 @@ def main() -> None:
           f"{devices}, {helpers.cpu_cores()} cores, median of {a.repeat} epochs")
     print(helpers.format_table(["set-up", "s/epoch", "speed-up vs 1 device"],
                                [(k, v, base / v) for k, v in med.items()]))
+    if a.json:
+        names = list(med)
+        with open(a.json, "w") as f:
+            json.dump({"benchmark": "mirrored", "devices": devices, "medians_s": med,
+                       "ratios": [{"what": f"epoch time: {names[0]} / {k}", "ratio": base / med[k],
+                                   "goal": None} for k in names[1:]]}, f, indent=1)
 
 
 if __name__ == "__main__":

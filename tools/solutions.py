@@ -7,6 +7,8 @@
     solutions/07-ddp-syncbn/ddp.ipynb:
       ci: {N_STEPS: 2}                 # small parameters (CI, --ci)
       gpu: {N_RANKS: gpus}             # parameters on a machine with GPUs; `gpus` = their number
+                                       # when >= 2 (with one GPU the notebook's default stands:
+                                       # logical GPUs carved from it, or ranks sharing it)
       sections:                        # parts that need hardware, switched by a bool parameter
         RUN_TORCH_SYNCBN: {gpus: 2, what: "torch.nn.SyncBatchNorm (one GPU per rank)"}
 
@@ -91,7 +93,10 @@ def plan(notebook: str, settings: dict, hw: Hardware, ci: bool) -> Plan:
     params: dict[str, object] = dict(settings.get("ci", {})) if ci else {}
     if hw.gpus:
         for name, value in settings.get("gpu", {}).items():
-            params[name] = hw.gpus if value == "gpus" else value
+            if value != "gpus":
+                params[name] = value
+            elif hw.gpus >= 2:  # one GPU per replica/rank; with one GPU the default stands
+                params[name] = hw.gpus
     skipped = {}
     for flag, need in settings.get("sections", {}).items():
         wanted = int(need.get("gpus", 0))
