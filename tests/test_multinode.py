@@ -203,7 +203,8 @@ def test_there_is_a_batch_script_per_launcher():
     assert {p.name for p in SLURM} >= {"torchrun.sbatch", "horovod.sbatch", "tf_multiworker.sbatch"}
 
 
-@pytest.mark.parametrize("script", SLURM, ids=lambda p: p.name)
+@pytest.mark.parametrize("script", [p for p in SLURM if p.name != "solutions.sbatch"],
+                         ids=lambda p: p.name)
 def test_batch_script_is_valid_bash_and_runs_files_that_exist(script):
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()
@@ -215,3 +216,11 @@ def test_batch_script_is_valid_bash_and_runs_files_that_exist(script):
     for rel in ran:
         assert (ROOT / rel).is_file(), f"{script.name} runs {rel}, which does not exist"
     assert os.access(ROOT / ran[0], os.R_OK)
+
+
+def test_solutions_batch_script_runs_make_solutions_on_one_node():
+    script = ROOT / "slurm" / "solutions.sbatch"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    assert "#SBATCH --nodes=1" in text and "#SBATCH --gres=gpu:" in text
+    assert [ln for ln in text.splitlines() if ln.startswith("make ")] == ["make setup", "make solutions"]
