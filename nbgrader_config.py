@@ -24,6 +24,13 @@ SLOW_CELLS = {
     "tf-measure": 240,
     "torch-baseline": 180,
     "torch-measure": 180,
+    # Lab 7 (DDP + SyncBN): each cell launches torchrun once or twice (a few seconds each when the
+    # machine is idle; much more on a shared, loaded node).
+    "ddp-test-loss": 240,
+    "ddp-test-syncbn": 240,
+    "ddp-test-save": 240,
+    "ddp-test-weights": 240,
+    "ddp-run": 300,
 }
 
 

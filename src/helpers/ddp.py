@@ -60,8 +60,12 @@ def dist_env(environ: Mapping[str, str] | None = None) -> DistEnv:
 
 def setup(backend: str = "auto", environ: Mapping[str, str] | None = None) -> tuple[DistEnv, torch.device]:
     """Start the process group if launched as one rank of many; pin one GPU per rank (NCCL) or use CPU (gloo)."""
-    info = dist_env(environ)
-    cuda = torch.cuda.is_available() and torch.cuda.device_count() > info.local_rank
+    env = os.environ if environ is None else environ
+    info = dist_env(env)
+    # Every rank must choose the same backend: NCCL only if this machine has a GPU per local rank.
+    here = int(env.get("LOCAL_WORLD_SIZE") or env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
+               or (info.world_size if info.distributed else 1))
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= here
     if backend == "auto":
         backend = "nccl" if cuda else "gloo"
     device = torch.device("cuda", info.local_rank) if backend == "nccl" else torch.device("cpu")
