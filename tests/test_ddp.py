@@ -54,3 +54,15 @@ def test_two_ranks_reduce_and_ddp_with_our_syncbn_on_cpu():
         text = "\n".join(res.lines(r))
         assert f"rank {r} of 2 via torchrun: mean 0.5 sum 1 main {r == 0}" in text
         assert f"rank {r} weights equal after a step: True" in text
+
+
+def test_setup_without_launcher_starts_nothing():
+    import torch.distributed as dist
+
+    from helpers.ddp import cleanup, setup
+
+    info, device = setup(environ={})
+    assert not info.distributed and not dist.is_initialized()
+    assert device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    cleanup()  # a no-op without a process group
+    assert not dist.is_initialized()
