@@ -43,6 +43,13 @@ SLOW_CELLS = {
     "ms-test-global-batch": 120,
     "ms-test-build": 180,
     "ms-test-step": 180,
+    # Lab 7 (DDP + SyncBN): each cell launches torchrun once or twice (a few seconds each when the
+    # machine is idle; much more on a shared, loaded node).
+    "ddp-test-loss": 240,
+    "ddp-test-syncbn": 240,
+    "ddp-test-save": 240,
+    "ddp-test-weights": 240,
+    "ddp-run": 300,
 }
 
 

@@ -1,0 +1,149 @@
+"""Lab 7 (DDP + SyncBN) graded end to end: submissions built from the student copy in labs/ are
+autograded by tools/grade.py with real torchrun launches.
+
+A correct submission gets full marks; a submission with the four typical DDP mistakes — no
+set_epoch, per-rank variances averaged instead of sums combined, the loss summed over ranks
+instead of averaged, every rank saving — loses exactly the points of the test each one breaks.
+"""
+from __future__ import annotations
+
+import pytest
+from gradekit import ROOT, grade_all, submission as fill
+
+LAB = "07-ddp-syncbn"
+RELEASE = ROOT / "labs" / LAB / "ddp.ipynb"
+POINTS = {"ddp-test-env": 2, "ddp-test-shards": 2, "ddp-test-reshuffle": 2, "ddp-test-loss": 2,
+          "ddp-test-syncbn": 3, "ddp-test-save": 2, "ddp-test-weights": 3}
+
+SETUP = '''%%writefile runs/07/lab_setup.py
+import os
+import torch
+import torch.distributed as dist
+
+
+def dist_config(env):
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return {"rank": int(env["RANK"]), "world_size": int(env["WORLD_SIZE"]),
+                "local_rank": int(env.get("LOCAL_RANK", 0)), "distributed": True}
+    if "SLURM_PROCID" in env:
+        return {"rank": int(env["SLURM_PROCID"]), "world_size": int(env["SLURM_NTASKS"]),
+                "local_rank": int(env["SLURM_LOCALID"]), "distributed": True}
+    return {"rank": 0, "world_size": 1, "local_rank": 0, "distributed": False}
+
+
+def setup(env=None):
+    cfg = dist_config(os.environ if env is None else env)
+    if cfg["distributed"]:
+        dist.init_process_group("gloo", rank=cfg["rank"], world_size=cfg["world_size"])
+    return cfg
+'''
+DATA = '''%%writefile runs/07/lab_data.py
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+
+def make_loader(dataset, cfg, batch_size, seed=0):
+    sampler = DistributedSampler(dataset, cfg["world_size"], cfg["rank"], shuffle=True, seed=seed)
+    return DataLoader(dataset, batch_sampler=BatchSampler(sampler, batch_size, True)), sampler
+'''
+TRAIN = '''%%writefile runs/07/lab_train.py
+import torch.distributed as dist
+import torch.nn.functional as F
+
+
+def reduce_mean(value, cfg):
+    if cfg["world_size"] == 1:
+        return value
+    value = value.detach().clone()
+    dist.all_reduce(value)
+    return value / cfg["world_size"]
+
+
+def train_epoch(model, loader, sampler, optimizer, epoch, cfg):
+    sampler.set_epoch(epoch)
+    losses = []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(reduce_mean(loss.detach(), cfg).item())
+    return sum(losses) / len(losses)
+'''
+SYNCBN = '''%%writefile runs/07/lab_syncbn.py
+import torch
+import torch.distributed as dist
+
+
+def sync_stats(x, cfg):
+    t = torch.stack([x.sum((0, 2, 3)), (x ** 2).sum((0, 2, 3)),
+                     torch.full((x.shape[1],), x[:, 0].numel(), dtype=x.dtype)])
+    if cfg["distributed"]:
+        dist.all_reduce(t)
+    mean = t[0] / t[2]
+    return mean, t[1] / t[2] - mean ** 2, t[2]
+'''
+SAVE = '''%%writefile runs/07/lab_save.py
+import torch
+import torch.distributed as dist
+
+
+def save_checkpoint(model, path, cfg):
+    if cfg["rank"] == 0:
+        net = model.module if hasattr(model, "module") else model
+        torch.save(net.state_dict(), path)
+    if cfg["distributed"]:
+        dist.barrier()
+'''
+CORRECT = {"ddp-setup": SETUP, "ddp-data": DATA, "ddp-train": TRAIN, "ddp-syncbn": SYNCBN,
+           "ddp-save": SAVE}
+# The typical mistakes, each breaking a different test cell.
+WRONG = {
+    **CORRECT,
+    # no set_epoch (same shuffle every epoch), and the loss summed over ranks, not averaged
+    "ddp-train": TRAIN.replace("    sampler.set_epoch(epoch)\n", "").replace(
+        "return value / cfg[\"world_size\"]", "return value"),
+    # per-rank mean and variance averaged over ranks instead of sums / sums of squares / counts
+    "ddp-syncbn": '''%%writefile runs/07/lab_syncbn.py
+import torch
+import torch.distributed as dist
+
+
+def sync_stats(x, cfg):
+    mean, var = x.mean((0, 2, 3)), x.var((0, 2, 3), unbiased=False)
+    count = torch.full_like(mean, float(x[:, 0].numel()))
+    if cfg["distributed"]:
+        for t in (mean, var):
+            dist.all_reduce(t)
+            t /= cfg["world_size"]
+        dist.all_reduce(count)
+    return mean, var, count
+''',
+    # every rank saves the checkpoint
+    "ddp-save": SAVE.replace('    if cfg["rank"] == 0:\n        net', '    if True:\n        net'),
+}
+
+
+def lost(row: dict[str, str]) -> set[str]:
+    return {k for k in POINTS if float(row[k]) == 0}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+    name = RELEASE.name
+    students = {s: {name: fill(RELEASE, a)} for s, a in [("correct", CORRECT), ("wrong", WRONG)]}
+    return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=60,
+                     notebook_timeout=900)
+
+
+def test_correct_submission_gets_full_marks(graded):
+    row = graded["correct"]
+    total = sum(POINTS.values())
+    assert (row["status"], float(row["score"]), float(row["max_score"])) == ("graded", total, total), row
+    assert lost(row) == set()
+
+
+def test_typical_mistakes_lose_the_right_points(graded):
+    row = graded["wrong"]
+    assert row["status"] == "graded", row
+    assert lost(row) == {"ddp-test-reshuffle", "ddp-test-loss", "ddp-test-syncbn", "ddp-test-save"}, row
+    assert float(row["score"]) == sum(POINTS.values()) - 2 - 2 - 3 - 2
