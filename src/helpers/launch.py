@@ -165,8 +165,14 @@ class _Stream:
             print(f"[rank {rank}] {text}", flush=True)
 
     def pump(self, procs: list[tuple[int | None, subprocess.Popen[bytes]]],
-             deadline: float) -> bool | None:
-        """Stream until every process ended (True if one failed) or the deadline (None)."""
+             deadline: float, stop_on_failure: bool | None = None) -> bool | None:
+        """Stream until every process ended (True if one failed) or the deadline (None).
+
+        stop_on_failure: return True as soon as one process fails (default: for plain processes
+        only, since torchrun and horovodrun stop their own workers).
+        """
+        if stop_on_failure is None:
+            stop_on_failure = self.launcher == "tf"
         sel = selectors.DefaultSelector()
         buffers: dict[int, bytes] = {}
         for rank, p in procs:
@@ -187,7 +193,7 @@ class _Stream:
                     open_pipes -= 1
             # With plain processes, one crashed worker leaves its peers waiting forever: stop now.
             if any(p.poll() not in (None, 0) for _, p in procs):
-                if self.launcher == "tf":
+                if stop_on_failure:
                     self._drain(sel, buffers)  # keep the crashed worker's last words
                     return True
         for _, p in procs:

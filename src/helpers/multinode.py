@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import socket
 import subprocess
 import sys
@@ -194,7 +193,7 @@ def _run(commands: list[tuple[int | None, list[str], dict[str, str]]], kind: str
                                  start_new_session=True)
             procs.append((rank, p))
         deadline = start + timeout
-        failed = _pump(stream, procs, deadline) if early_stop else stream.pump(procs, deadline)
+        failed = stream.pump(procs, deadline, stop_on_failure=early_stop)
         seconds = time.monotonic() - start
         if failed is None:
             hung = _live_ranks(launch_id) or [r for r, p in procs if r is not None and p.poll() is None]
@@ -208,33 +207,3 @@ def _run(commands: list[tuple[int | None, list[str], dict[str, str]]], kind: str
                            commands=[argv for _, argv, _ in commands])
     finally:
         kill_launch(launch_id, [p for _, p in procs])
-
-
-def _pump(stream: _Stream, procs: list[tuple[int | None, subprocess.Popen[bytes]]],
-          deadline: float) -> bool | None:
-    """Stream until all exit (True if one failed), the first failure (True), or the deadline (None)."""
-    sel = selectors.DefaultSelector()
-    buffers: dict[int, bytes] = {}
-    for rank, p in procs:
-        assert p.stdout is not None
-        os.set_blocking(p.stdout.fileno(), False)
-        sel.register(p.stdout, selectors.EVENT_READ, (rank, p))  # the layout _Stream._drain reads
-    while sel.get_map():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        for key, _ in sel.select(timeout=min(left, 0.2)):
-            chunk = os.read(key.fd, 65536)
-            buffers[key.fd] = stream.feed(key.data[0], buffers.get(key.fd, b"") + chunk, final=not chunk)
-            if not chunk:
-                sel.unregister(key.fileobj)
-        # One failed node or task leaves its peers waiting for it: stop the whole job now.
-        if any(p.poll() not in (None, 0) for _, p in procs):
-            stream._drain(sel, buffers)
-            return True
-    for _, p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            return None
-    return any(p.returncode != 0 for _, p in procs)
