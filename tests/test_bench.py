@@ -55,3 +55,18 @@ def test_a_crashing_benchmark_is_reported_and_fails_the_run(tmp_path, monkeypatc
     assert ">= 2.0x: NOT met" in (tmp_path / "out" / "summary.md").read_text()
     assert run_all.main(["--out", str(tmp_path / "out"), "--only", "fine"]) == 0
     assert run_all.main(["--out", str(tmp_path / "out"), "--only", "fine", "--strict"]) == 1
+
+
+def test_ddp_ratio_against_its_goal_and_the_ceiling():
+    rows = run_all.ratio_rows("ddp_scaling", {"speedup_2_vs_1": 1.5, "ceiling_2_independent": 1.8,
+                                              "goal": 1.7})
+    assert [(r["ratio"], r["goal"]) for r in rows] == [(1.5, 1.7), (1.8, None)]
+
+
+def test_summary_only_reads_earlier_results(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "ring_allreduce.json").write_text(json.dumps(RING))
+    assert run_all.main(["--out", str(out), "--summary-only", "--only", "ring_allreduce"]) == 0
+    assert "course ring / gloo, 2 ranks, 16 MB | 0.82x | >= 0.8x: met" in (out / "summary.md").read_text()
+    assert run_all.main(["--out", str(out), "--summary-only", "--only", "mirrored"]) == 1
