@@ -82,7 +82,7 @@ def main() -> None:
         names = list(med)
         with open(a.json, "w") as f:
             json.dump({"benchmark": "mirrored", "devices": devices, "medians_s": med,
-                       "ratios": [{"what": f"epoch time: {names[0]} / {k}", "ratio": base / med[k],
+                       "ratios": [{"what": f"speed-up (epoch time): {k} vs {names[0]}", "ratio": base / med[k],
                                    "goal": None} for k in names[1:]]}, f, indent=1)
 
 
