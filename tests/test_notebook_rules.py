@@ -40,6 +40,10 @@ def test_has_a_parameters_cell(rel):
     declared = set(settings.get("ci", {})) | set(settings.get("gpu", {})) | set(settings.get("sections", {}))
     unknown = declared - names
     assert not unknown, f"{rel}: parameters {unknown} of tests/notebooks.yml are not in its parameters cell"
+    # papermill must understand every line (an "=" in a comment makes it skip the line with a warning)
+    from papermill.translators import PythonTranslator
+    parsed = {p.name for p in PythonTranslator.inspect({**tagged[0], "source": source(tagged[0])})}
+    assert parsed == names, f"{rel}: papermill cannot parse the parameters {names - parsed}"
 
 
 @pytest.mark.parametrize("rel", NOTEBOOKS)
