@@ -155,4 +155,5 @@ def bench() -> None:
 
 
 train() if args.mode == "train" else bench()
+dist.barrier()  # every rank done before teardown (gloo can abort under a busy peer)
 dist.destroy_process_group()

@@ -228,4 +228,5 @@ def check_main(argv: list[str] | None = None) -> None:
     ok = all(d < args.tol for d in worst.values())
     print(f"rank {rank} batch {sizes[rank]} of {sizes}: {'all equal' if ok else 'MISMATCH'}")
     if dist.is_initialized():
+        dist.barrier()  # every rank done before teardown (gloo can abort under a busy peer)
         dist.destroy_process_group()

@@ -42,4 +42,5 @@ with deadlock_guard(60, "ring_worker checks"):
     assert counts["bytes"] == expect, (counts, expect)
     assert set(counts) == {"bytes", "messages", f"to {(rank + 1) % n}"}, counts
 print(f"ok rank {rank} of {n}: {checked} ring checks, {counts['bytes']} bytes sent to the right")
+dist.barrier()
 dist.destroy_process_group()
