@@ -8,7 +8,7 @@ instead of averaged, every rank saving — loses exactly the points of the test 
 from __future__ import annotations
 
 import pytest
-from gradekit import ROOT, grade_all, submission as fill
+from gradekit import ROOT, grade_all, lost, submission as fill
 
 LAB = "07-ddp-syncbn"
 RELEASE = ROOT / "labs" / LAB / "ddp.ipynb"
@@ -123,10 +123,6 @@ def sync_stats(x, cfg):
 }
 
 
-def lost(row: dict[str, str]) -> set[str]:
-    return {k for k in POINTS if float(row[k]) == 0}
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
@@ -139,6 +135,7 @@ def test_correct_submission_gets_full_marks(graded):
     row = graded["correct"]
     total = sum(POINTS.values())
     assert (row["status"], float(row["score"]), float(row["max_score"])) == ("graded", total, total), row
+    assert set(POINTS) <= set(row), row  # every test cell has its column
     assert lost(row) == set()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from gradekit import ROOT, grade_all, submission as fill
+from gradekit import ROOT, grade_all, lost, submission as fill
 
 LAB = "06-horovod"
 RELEASE = ROOT / "labs" / LAB / "horovod.ipynb"
@@ -52,11 +52,6 @@ TESTS = {  # test cell -> points
     "hvd-test-torch-checkpoints": 2, "hvd-test-keras-consistent": 2, "hvd-test-keras-matches": 2,
     "hvd-test-keras-lr": 1, "hvd-test-keras-checkpoints": 1,
 }
-
-
-def lost(row: dict[str, str]) -> set[str]:
-    """The lab's test cells a graded row got no points for."""
-    return {k for k in TESTS if float(row[k]) == 0}
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ Mistakes, one per test cell so that one "wrong" submission shows all three:
 from __future__ import annotations
 
 import pytest
-from gradekit import ROOT, grade_all, submission as fill
+from gradekit import ROOT, grade_all, lost, submission as fill
 
 LAB = "02-mirrored-strategy"
 RELEASE = ROOT / "labs" / LAB / "mirrored-strategy.ipynb"
@@ -52,11 +52,6 @@ WRONG = {
 }
 
 
-def ms_lost(row: dict[str, str]) -> set[str]:
-    """The lab's test cells a graded row got no points for."""
-    return {k for k, v in row.items() if k.startswith("ms-test-") and float(v) == 0}
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
@@ -69,12 +64,12 @@ def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
 def test_correct_submission_gets_full_marks(graded):
     row = graded["correct"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "8", "8"), row
-    assert ms_lost(row) == set()
+    assert lost(row) == set()
 
 
 def test_typical_mistakes_lose_exactly_their_points(graded):
     row = graded["wrong"]
     assert row["status"] == "graded", row
-    assert ms_lost(row) == {"ms-test-global-batch", "ms-test-lr", "ms-test-step"}, row
+    assert lost(row) == {"ms-test-global-batch", "ms-test-lr", "ms-test-step"}, row
     assert row["ms-test-build"] == "2"
     assert row["score"] == "2"
