@@ -143,16 +143,69 @@ def test_torchrun_crash_names_the_rank(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_torchrun_hang_times_out(tmp_path):
+def test_torchrun_hang_names_the_rank_that_never_came(tmp_path):
     start = time.monotonic()
     with pytest.raises(LaunchError, match="timed out") as info:
         helpers.launch(RANKS, 2, args=["hang"], timeout=20, echo=False,
                        env={"DPC_TEST_PIDDIR": str(tmp_path)})
     elapsed = time.monotonic() - start
     assert_no_orphans(tmp_path)
-    assert 1 in info.value.ranks
+    # Rank 0 waits in the all-reduce; rank 1 sleeps elsewhere: rank 1 is the one to name.
+    assert info.value.ranks == [1]
     assert 19 <= elapsed < 60
-    assert "timed out after 20 s" in str(info.value)
+    assert ("timed out after 20 s: rank 1 never reached the communication rank 0 waited for"
+            in str(info.value))
+    assert "(stopped while busy in ranks.py:" in str(info.value) and "time.sleep(600)" in str(info.value)
+
+
+@pytest.mark.timeout(120)
+def test_results_come_back_through_the_protocol(tmp_path, capsys):
+    result = helpers.launch(RANKS, 2, args=["ok"], env={"DPC_TEST_PIDDIR": str(tmp_path)})
+    for r in (0, 1):
+        assert result.report(r) == {"sum": 3.0, "backend": "gloo", "device": "cpu"}
+        assert not any(ln.startswith("DPC-") for ln in result.lines(r))
+    assert result.notes == []
+    assert "DPC-" not in capsys.readouterr().out  # the protocol's lines are not echoed
+    with pytest.raises(LookupError, match="rank 5 reported nothing"):
+        result.report(5)
+
+
+@pytest.mark.timeout(120)
+def test_an_abort_after_every_rank_finished_is_a_note_not_a_failure(tmp_path, capsys):
+    # The "terminate called without an active exception" case: the work is done and reported.
+    result = helpers.launch(RANKS, 2, args=["abort-after-done"], env={"DPC_TEST_PIDDIR": str(tmp_path)})
+    assert result.report(1)["sum"] == 3.0
+    assert result.notes == ["every rank finished its work and reported its results; afterwards, "
+                            "while shutting down, rank 1 was ended by SIGABRT. The results are "
+                            "complete: this is not a failure of the script."]
+    assert "[launch] note: every rank finished its work" in capsys.readouterr().out
+    assert_no_orphans(tmp_path)
+
+
+@pytest.mark.timeout(120)
+def test_the_same_abort_without_the_protocol_is_a_failure(tmp_path):
+    # Without the protocol the launcher cannot know the work was done: this is why every script
+    # of the course ends with helpers.worker.finish().
+    with pytest.raises(LaunchError) as info:
+        helpers.launch(RANKS, 2, args=["no-protocol-abort"], echo=False,
+                       env={"DPC_TEST_PIDDIR": str(tmp_path)})
+    assert info.value.ranks == [1]
+    assert_no_orphans(tmp_path)
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_leaves_early_is_named_not_its_victim(tmp_path):
+    # Rank 1 exits with code 0 before the all-reduce; rank 0 fails with "Connection reset by peer".
+    with pytest.raises(LaunchError) as info:
+        helpers.launch(RANKS, 2, args=["early-exit"], echo=False,
+                       env={"DPC_TEST_PIDDIR": str(tmp_path)})
+    assert_no_orphans(tmp_path)
+    assert info.value.ranks == [1]
+    message = str(info.value)
+    assert message.startswith("torchrun with 2 process(es): rank 1 stopped taking part: rank 1 ended "
+                              "early without finishing (exit code 0, no error). Rank 0 then failed "
+                              "waiting for it.")
+    assert "--- rank 0, waiting for it, ended with ---" in message
 
 
 @pytest.mark.timeout(120)

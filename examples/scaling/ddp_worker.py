@@ -1,30 +1,26 @@
 """PyTorch DDP worker of chapter 8 (course/08-scaling-up.ipynb) and of slurm/torchrun.sbatch, slurm/ddp_srun.sbatch.
 
 Started by torchrun (which sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT) or directly by
-srun (which sets only SLURM_*: they are mapped to the torch variables first).
+srun (which sets only SLURM_*); helpers.worker.start() reads either and picks the backend.
 
   train  (default) a few epochs of an MLP on the digits, sharded by DistributedSampler; checks
          that every rank ends with the same weights.
   bench  times training steps of a wider MLP: computation alone (no_sync), DDP with default
          gradient buckets, DDP with tiny buckets, and all-reduce after backward (no overlap);
-         rank 0 prints one line `RESULT {json}` with the medians.
+         rank 0 reports the medians (LaunchResult.report(0) in the notebook).
 """
 import argparse
-import json
 import os
 import socket
 import statistics
 import time
 
-if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:  # srun without torchrun
-    from helpers.multinode import torch_env_from_slurm
-
-    os.environ.update(torch_env_from_slurm(os.environ))
-
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from helpers.worker import finish, report, start
 
 parser = argparse.ArgumentParser()
 parser.add_argument("mode", nargs="?", default="train", choices=["train", "bench"])
@@ -37,14 +33,11 @@ parser.add_argument("--width", type=int, default=512, help="bench: hidden width"
 parser.add_argument("--depth", type=int, default=8, help="bench: hidden layers")
 args = parser.parse_args()
 
-# NCCL needs one GPU per rank of the node; with fewer GPUs the ranks run on the CPU over gloo.
-use_cuda = 0 < int(os.environ.get("LOCAL_WORLD_SIZE", 1)) <= torch.cuda.device_count()
-dist.init_process_group("nccl" if use_cuda else "gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-local_rank = int(os.environ.get("LOCAL_RANK", 0))
-device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
-if use_cuda:
-    torch.cuda.set_device(device)
+# NCCL when the node has one GPU per rank; with fewer GPUs the ranks run on the CPU over gloo.
+me = start()
+rank, world, local_rank = me.rank, me.world_size, me.local_rank
+device = torch.device(me.device)
+use_cuda = device.type == "cuda"
 node = os.environ.get("GROUP_RANK", os.environ.get("SLURM_NODEID", "0"))  # torchrun / srun
 print(f"rank {rank} of {world}: local_rank {local_rank}, node {node}, host {socket.gethostname()}, "
       f"pid {os.getpid()}, master {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}")
@@ -86,6 +79,7 @@ def train() -> None:
     dist.all_reduce(spread, op=dist.ReduceOp.MAX)  # max and -min of every weight over ranks
     same = bool((spread[0] + spread[1]).abs().max().item() == 0.0)
     print(f"rank {rank}: test accuracy {acc:.3f}, weights identical on all ranks: {same}")
+    report(accuracy=acc, same_weights=same)
 
 
 def bench() -> None:
@@ -151,9 +145,8 @@ def bench() -> None:
     if rank == 0:
         result = {k: float(v) for k, v in zip(times, med)}
         result.update(world=world, batch_per_rank=args.batch, gradient_mb=round(grad_mb, 2))
-        print("RESULT " + json.dumps(result))
+        report(**result)
 
 
 train() if args.mode == "train" else bench()
-dist.barrier()  # every rank done before teardown (gloo can abort under a busy peer)
-dist.destroy_process_group()
+finish()  # every rank waits for the others, then the process ends

@@ -12,7 +12,9 @@ import torch
 from torch import nn
 
 from helpers import digits
+from helpers.worker import finish, report, start
 
+start(backend=None)  # the course's worker protocol; Horovod makes its own process group
 hvd.init()                                                   # 1. start Horovod
 # GPUs only with a Horovod built with NCCL and one GPU per rank of the node (else the CPU, gloo).
 use_cuda = bool(hvd.nccl_built()) and hvd.local_size() <= torch.cuda.device_count()
@@ -47,3 +49,5 @@ same = bool((gathered == gathered[0]).all())
 if hvd.rank() == 0:                                          # 6. only rank 0 logs / saves
     print(f"after 20 steps: loss averaged over ranks {mean_loss:.3f}")
 print(f"rank {hvd.rank()}: weights identical on all ranks: {same}")
+report(same_weights=same, loss=mean_loss, cross_rank=hvd.cross_rank())
+finish()  # a Horovod barrier, then the process ends

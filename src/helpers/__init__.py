@@ -1,4 +1,4 @@
-"""The course's helper library: devices, timing, launching workers, offline data, shell commands."""
+"""The course's helper library: devices, timing, launching workers (helpers.worker is their side), offline data, shell commands."""
 from __future__ import annotations
 
 import subprocess

@@ -5,6 +5,8 @@ import operator
 import os
 from dataclasses import dataclass, field
 
+from .worker import backend_for
+
 # Simulated devices are for learning, not speed: past this many, a 2-core laptop spends its time
 # switching between them and the lesson drowns in overhead.
 MAX_SIMULATED = 16
@@ -149,12 +151,14 @@ class TorchPlan:
 
 
 def torch_plan(n: int, *, backend: str = "auto", verbose: bool = True) -> TorchPlan:
-    """Plan n torch ranks: one NCCL rank per GPU where there are enough GPUs, else gloo on CPU."""
+    """Plan n torch ranks on this machine: one NCCL rank per GPU where there are enough GPUs, else gloo on CPU."""
     n = _check_count(n, "torch ranks")
     if backend not in ("auto", "gloo", "nccl"):
         raise DeviceError(f"backend={backend!r}: use 'auto', 'gloo' or 'nccl'")
     gpus = len(torch_gpus())
-    if backend == "nccl" or (backend == "auto" and gpus):
+    if backend == "auto":
+        backend = backend_for(n, gpus)  # the rule every worker applies (helpers.worker.start)
+    if backend == "nccl":
         if gpus >= n:
             plan = TorchPlan(n, "nccl", "cuda")
             _say(verbose, plan.line())

@@ -4,7 +4,11 @@ Launchers: 'torchrun' (torch.distributed.run, standalone rendezvous on a free po
 'horovodrun' (gloo on CPU), and 'tf' (plain processes with TF_CONFIG for TensorFlow
 multi-worker training). Each rank's output is streamed with a `[rank N]` prefix. On a crash,
 a hang (timeout) or an interrupt, the whole process tree is killed and one LaunchError names
-the failing rank(s) with the last lines they printed.
+the rank(s) that stopped taking part, with the last lines they printed.
+
+Workers speak the course's protocol (helpers.worker): their results come back as
+`LaunchResult.report(rank)`, and a rank that said it was done is never counted as a failure,
+whatever its process does while shutting down.
 """
 from __future__ import annotations
 
@@ -23,8 +27,11 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
+
+from .worker import DONE, RESULT, START, Frame, parse_line, stuck_at
 
 LAUNCHERS = ("torchrun", "horovodrun", "tf")
 MARKER = "DPC_LAUNCH_ID"  # put in every launched process's environment, to find them all again
@@ -56,10 +63,28 @@ class LaunchResult:
     seconds: float
     outputs: dict[int, list[str]] = field(default_factory=dict)
     launcher_output: list[str] = field(default_factory=list)
+    results: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    commands: list[list[str]] = field(default_factory=list)
 
     def lines(self, rank: int) -> list[str]:
-        """All lines printed by one rank."""
+        """All lines printed by one rank (the protocol's own lines left out)."""
         return self.outputs.get(rank, [])
+
+    def reports(self, rank: int = 0) -> list[dict[str, Any]]:
+        """Every report(...) of one rank, in order."""
+        return self.results.get(rank, [])
+
+    def report(self, rank: int = 0) -> dict[str, Any]:
+        """What one rank reported with helpers.worker.report(...), merged into one dict."""
+        got = self.reports(rank)
+        if not got:
+            raise LookupError(f"rank {rank} reported nothing: the worker script must call "
+                              "helpers.worker.report(name=value, ...) on that rank")
+        merged: dict[str, Any] = {}
+        for item in got:
+            merged.update(item)
+        return merged
 
 
 def free_port() -> int:
@@ -69,7 +94,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _bin(name: str) -> str:
+def console_script(name: str) -> str:
     """Path of a console script of this Python's environment (falls back to PATH)."""
     here = Path(sys.executable).parent / name
     found = str(here) if here.exists() else shutil.which(name)
@@ -78,15 +103,17 @@ def _bin(name: str) -> str:
     return found
 
 
-def _commands(launcher: str, script: str, nprocs: int, args: Sequence[str],
-              python: str) -> list[tuple[int | None, list[str], dict[str, str]]]:
-    """The processes to start: (rank or None for a launcher, argv, extra environment)."""
+Command = tuple[int | None, list[str], dict[str, str]]  # (rank, or None for a launcher; argv; extra env)
+
+
+def _commands(launcher: str, script: str, nprocs: int, args: Sequence[str], python: str) -> list[Command]:
+    """The processes to start for one launch on this machine."""
     if launcher == "torchrun":
         argv = [python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
                 f"--nproc-per-node={nprocs}", "--tee=3", "--role=rank", script, *args]
         return [(None, argv, {})]
     if launcher == "horovodrun":
-        argv = [_bin("horovodrun"), "-np", str(nprocs), "-H", f"localhost:{nprocs}", "--gloo",
+        argv = [console_script("horovodrun"), "-np", str(nprocs), "-H", f"localhost:{nprocs}", "--gloo",
                 "--gloo-timeout-seconds", "60", python, script, *args]
         return [(None, argv, {})]
     ports = [free_port() for _ in range(nprocs)]
@@ -97,6 +124,14 @@ def _commands(launcher: str, script: str, nprocs: int, args: Sequence[str],
             for rank in range(nprocs)]
 
 
+def worker_script(script: str | os.PathLike[str]) -> str:
+    """The absolute path of a worker script; FileNotFoundError if there is none."""
+    path = Path(script).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"worker script {path} does not exist")
+    return str(path)
+
+
 def launch(script: str | os.PathLike[str], nprocs: int = 2, *, launcher: str = "torchrun",
            args: Sequence[str] = (), timeout: float = 120.0, env: Mapping[str, str] | None = None,
            cwd: str | os.PathLike[str] | None = None, echo: bool = True) -> LaunchResult:
@@ -105,46 +140,99 @@ def launch(script: str | os.PathLike[str], nprocs: int = 2, *, launcher: str = "
         raise ValueError(f"launcher={launcher!r}: use one of {LAUNCHERS}")
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs={nprocs!r}: ask for at least 1 process")
-    script = str(Path(script).resolve())
-    if not Path(script).is_file():
-        raise FileNotFoundError(f"worker script {script} does not exist")
+    commands = _commands(launcher, worker_script(script), nprocs, args, sys.executable)
+    return run_processes(commands, launcher, nprocs, timeout=timeout, env=env, cwd=cwd, echo=echo)
+
+
+def quiet_env(nprocs: int) -> dict[str, str]:
+    """Defaults every launched process gets unless the caller sets them: one share of the cores
+    per process (and so no torchrun notice about OMP_NUM_THREADS), no TensorFlow C++ chatter."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return {"OMP_NUM_THREADS": str(max(1, cores // max(1, nprocs))), "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeout: float,
+                  env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+                  echo: bool = True, stop_on_failure: bool | None = None) -> LaunchResult:
+    """Start the launch's processes, stream their output, judge the outcome; never leave one behind.
+
+    kind ('torchrun', 'horovodrun' or 'tf') says how ranks are named in the output;
+    stop_on_failure: give up as soon as one process fails (default: for plain processes only,
+    since torchrun and horovodrun stop their own workers).
+    """
     launch_id = uuid.uuid4().hex
-    base_env = {**os.environ, **(env or {}), MARKER: launch_id, "PYTHONUNBUFFERED": "1"}
+    base_env = {**quiet_env(nprocs), **os.environ, **(env or {}), MARKER: launch_id,
+                "PYTHONUNBUFFERED": "1"}
     procs: list[tuple[int | None, subprocess.Popen[bytes]]] = []
-    stream = _Stream(launcher, nprocs, echo)
+    stream = _Stream(kind, nprocs, echo)
     start = time.monotonic()
     try:
-        for rank, argv, extra in _commands(launcher, script, nprocs, args, sys.executable):
+        for rank, argv, extra in commands:
             p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, env={**base_env, **extra}, cwd=cwd,
                                  start_new_session=True)
             procs.append((rank, p))
-        failed = stream.pump(procs, start + timeout)
+        if stop_on_failure is None:
+            stop_on_failure = kind == "tf"
+        failed = stream.pump(procs, start + timeout, stop_on_failure)
         seconds = time.monotonic() - start
-        if failed is None:  # timed out
-            hung = _live_ranks(launch_id) or list(range(nprocs))
-            raise stream.error(f"timed out after {timeout:.0f} s; still running: "
-                               f"{_ranks_text(hung)} (a hang: a collective waiting for a peer?)", hung)
-        if failed:
-            ranks = stream.failed_ranks(procs)
-            raise stream.error(f"{_ranks_text(ranks)} failed", ranks)
-        return LaunchResult(nprocs, seconds, stream.outputs, stream.launcher_lines)
+        result = LaunchResult(nprocs, seconds, stream.outputs, stream.launcher_lines, stream.results,
+                              commands=[argv for _, argv, _ in commands])
+        if failed is False:
+            return result
+        hung = _live_ranks(launch_id) if failed is None else []
+        # Stop what still runs: a worker that speaks the protocol prints where it was stopped.
+        _signal_launch(launch_id, signal.SIGTERM)
+        stream.pump(procs, time.monotonic() + 5.0, stop_on_failure=False)
+        if stream.complete():
+            result.notes.append(stream.teardown_note(procs))
+            if echo:
+                print(f"[launch] note: {result.notes[-1]}", flush=True)
+            return result
+        if failed is None:
+            raise stream.hang_error(timeout, hung)
+        raise stream.failure_error(procs)
     finally:
         kill_launch(launch_id, [p for _, p in procs])
 
 
-def _ranks_text(ranks: list[int]) -> str:
+def _ranks_text(ranks: Sequence[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
+# Lines a worker prints when a peer it talks to has gone away or never came: it is a victim.
+_PEER_LOST = re.compile(
+    r"Connection (reset|closed) by peer|Broken pipe|ECONNRESET|Socket Timeout|timed out|Timeout|"
+    r"Timed out|waiting for its peers|Gloo connectFullMesh failed|Read error|Connection refused|"
+    r"NCCL.*(Watchdog|timeout)|failed to connect|peer .*(closed|lost)", re.I)
+# Harmless lines that read like errors; kept in LaunchResult.lines, not echoed to the notebook.
+QUIET_LINES = re.compile(
+    r"failed call to cuInit|Could not find cuda drivers|cuda_(executor|diagnostics|dnn|fft|blas)\.cc|"
+    r"Unable to register cu(DNN|FFT|BLAS) factory|oneDNN custom operations are on|"
+    r"This TensorFlow binary is optimized to use available CPU instructions|"
+    r"rebuild TensorFlow with the appropriate compiler flags|computation_placer\.cc|"
+    r"absl::InitializeLog|TF-TRT Warning|Setting OMP_NUM_THREADS environment variable|"
+    r"^\*{10,}$|WARNING: All log messages before absl|Sending process \d+ closing signal SIGTERM")
+# faulthandler's dump of a stopped worker (helpers.worker.start registers it for SIGTERM).
+_DUMP_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ .*\(most recent call first\):$|^Stack \(most recent call first\):$")
+_DUMP_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
+
+
 class _Stream:
-    """Reads every pipe in the main thread, prefixes lines by rank, keeps per-rank tails."""
+    """Reads every pipe in the main thread, prefixes lines by rank, keeps per-rank tails, and
+    collects what the worker protocol says: results, who started, who finished, where a stopped
+    rank was."""
 
     def __init__(self, launcher: str, nprocs: int, echo: bool) -> None:
         self.launcher, self.nprocs, self.echo = launcher, nprocs, echo
         self.outputs: dict[int, list[str]] = {r: [] for r in range(nprocs)}
         self.launcher_lines: list[str] = []
         self.tails: dict[int, deque[str]] = {r: deque(maxlen=TAIL) for r in range(nprocs)}
+        self.results: dict[int, list[dict[str, Any]]] = {r: [] for r in range(nprocs)}
+        self.started: dict[int, dict[str, Any]] = {}
+        self.done: dict[int, dict[str, Any]] = {}
+        self.stacks: dict[int, list[list[Frame]]] = {}
+        self._in_dump: set[int] = set()
         self.quiet = False
 
     def line(self, rank: int | None, text: str) -> None:
@@ -156,30 +244,56 @@ class _Stream:
             self.launcher_lines.append(text)
             # The launcher's own failure report is summarised by LaunchError: do not echo it.
             self.quiet = self.quiet or text.startswith("Traceback") or " failed (exitcode" in text
-            if self.echo and not self.quiet and text.strip(" *"):
+            if self.echo and not self.quiet and text.strip(" *") and not QUIET_LINES.search(text):
                 print(f"[{self.launcher}] {text}", flush=True)
+            return
+        if self._protocol(rank, text):
             return
         self.outputs[rank].append(text)
         self.tails[rank].append(text)
-        if self.echo:
+        if self.echo and not QUIET_LINES.search(text):
             print(f"[rank {rank}] {text}", flush=True)
 
+    def _protocol(self, rank: int, text: str) -> bool:
+        """Record a protocol line or a line of a stack dump; True if the line was one."""
+        parsed = parse_line(text)
+        if parsed:
+            tag, payload = parsed
+            if tag == RESULT:
+                payload = {k: v for k, v in payload.items() if k != "rank"}
+                self.results[rank].append(payload)
+            elif tag == START:
+                self.started[rank] = payload
+            elif tag == DONE:
+                self.done[rank] = payload
+            return True
+        if _DUMP_THREAD.match(text):
+            self.stacks.setdefault(rank, []).append([])
+            self._in_dump.add(rank)
+            return True
+        frame = _DUMP_FRAME.match(text) if rank in self._in_dump else None
+        if frame:
+            self.stacks[rank][-1].append((frame.group(1), int(frame.group(2)), frame.group(3)))
+            return True
+        if rank in self._in_dump and (not text.strip() or text[:1].isspace()):
+            return True  # the dump's other lines ('  Garbage-collecting', '  <no Python frame>')
+        self._in_dump.discard(rank)
+        return False
+
     def pump(self, procs: list[tuple[int | None, subprocess.Popen[bytes]]],
-             deadline: float, stop_on_failure: bool | None = None) -> bool | None:
+             deadline: float, stop_on_failure: bool) -> bool | None:
         """Stream until every process ended (True if one failed) or the deadline (None).
 
-        stop_on_failure: return True as soon as one process fails (default: for plain processes
-        only, since torchrun and horovodrun stop their own workers).
+        stop_on_failure: return True as soon as one process fails.
         """
-        if stop_on_failure is None:
-            stop_on_failure = self.launcher == "tf"
         sel = selectors.DefaultSelector()
         buffers: dict[int, bytes] = {}
         for rank, p in procs:
-            assert p.stdout is not None
+            if p.stdout is None or p.stdout.closed:
+                continue
             os.set_blocking(p.stdout.fileno(), False)
             sel.register(p.stdout, selectors.EVENT_READ, (rank, p))
-        open_pipes = len(procs)
+        open_pipes = len(sel.get_map())
         while open_pipes:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -192,10 +306,9 @@ class _Stream:
                     sel.unregister(key.fileobj)
                     open_pipes -= 1
             # With plain processes, one crashed worker leaves its peers waiting forever: stop now.
-            if any(p.poll() not in (None, 0) for _, p in procs):
-                if stop_on_failure:
-                    self._drain(sel, buffers)  # keep the crashed worker's last words
-                    return True
+            if stop_on_failure and any(p.poll() not in (None, 0) for _, p in procs):
+                self._drain(sel, buffers)  # keep the crashed worker's last words
+                return True
         for _, p in procs:
             try:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -228,6 +341,84 @@ class _Stream:
             return b""
         return rest
 
+    # --- judging the outcome ----------------------------------------------------------------------
+
+    def complete(self) -> bool:
+        """Every rank finished: each said so, or one said so after a barrier all ranks passed."""
+        return len(self.done) == self.nprocs or any(d.get("synced") for d in self.done.values())
+
+    def exit_codes(self, procs: list[tuple[int | None, subprocess.Popen[bytes]]]) -> dict[int, int]:
+        """Each rank's exit status where known (negative: killed by that signal)."""
+        codes = {r: p.returncode for r, p in procs if r is not None and p.returncode is not None}
+        text = "\n".join(self.launcher_lines)
+        if self.launcher == "torchrun":
+            codes.update(_torchrun_codes(text))
+        elif self.launcher == "horovodrun":
+            for r, code in re.findall(r"Process (\d+) exit with status code (-?\d+)", text):
+                codes[int(r)] = int(code)
+        return codes
+
+    def teardown_note(self, procs: list[tuple[int | None, subprocess.Popen[bytes]]]) -> str:
+        """What went wrong after every rank had finished its work (never the script's fault)."""
+        codes = self.exit_codes(procs)
+        bad = {r: c for r, c in codes.items() if c}
+        how = ", ".join(f"rank {r} {_status(c)}" for r, c in sorted(bad.items())) or \
+            "a process did not end by itself"
+        return (f"every rank finished its work and reported its results; afterwards, while "
+                f"shutting down, {how}. The results are complete: this is not a failure of the script.")
+
+    def _where(self, rank: int) -> tuple[bool, str] | None:
+        threads = self.stacks.get(rank)
+        return stuck_at(threads) if threads else None
+
+    def _victim(self, rank: int) -> bool:
+        where = self._where(rank)
+        if where is not None and where[0]:
+            return True
+        return bool(_PEER_LOST.search("\n".join(self.tails[rank])))
+
+    def hang_error(self, timeout: float, hung: list[int]) -> LaunchError:
+        """The launch ran out of time: name the ranks busy elsewhere, not the ones waiting for them."""
+        hung = [r for r in (hung or range(self.nprocs)) if r not in self.done] or \
+            [r for r in range(self.nprocs) if r not in self.done]
+        busy = [r for r in hung if (w := self._where(r)) is not None and not w[0]]
+        if not busy:
+            return self.error(f"timed out after {timeout:.0f} s; still running: {_ranks_text(hung)} "
+                              "(a hang: a collective waiting for a peer?)", hung)
+        waiting = [r for r in hung if r not in busy]
+        what = (f"timed out after {timeout:.0f} s: {_ranks_text(busy)} never reached the "
+                "communication " + (f"{_ranks_text(waiting)} waited for" if waiting else "of the job"))
+        return self.error(what, busy, waiting)
+
+    def failure_error(self, procs: list[tuple[int | None, subprocess.Popen[bytes]]]) -> LaunchError:
+        """A process failed: name the rank(s) that stopped taking part, not their victims."""
+        codes = self.exit_codes(procs)
+        # Failed by itself: an error exit or a traceback (SIGTERM is the launcher stopping it).
+        failing = {r for r, c in codes.items() if c not in (0, -signal.SIGTERM, 143)}
+        failing |= {r for r, lines in self.outputs.items() if any(ln.startswith("Traceback") for ln in lines)}
+        failing -= set(self.done)
+        if not failing:
+            failing = set(self.failed_ranks(procs))
+        real = sorted(r for r in failing if not self._victim(r))
+        if real:
+            return self.error(f"{_ranks_text(real)} failed", real)
+        # Every failure was a rank waiting for a peer: the peer that left or never came is to blame.
+        early = [r for r in range(self.nprocs) if r in self.started and r not in self.done
+                 and r not in failing and codes.get(r, 0 if self.launcher == "torchrun" else None) == 0
+                 and r not in self.stacks]
+        busy = [r for r in range(self.nprocs) if r not in failing and r not in self.done
+                and (w := self._where(r)) is not None and not w[0]]
+        culprits = sorted(set(early) | set(busy))
+        if not culprits:
+            ranks = self.failed_ranks(procs)
+            return self.error(f"{_ranks_text(ranks)} failed", ranks)
+        why = [f"rank {r} ended early without finishing (exit code 0, no error)" for r in early]
+        why += [f"rank {r} was {self._where(r)[1]}" for r in busy]  # type: ignore[index]
+        victims = sorted(failing)
+        return self.error(f"{_ranks_text(culprits)} stopped taking part: {'; '.join(why)}. "
+                          f"{_ranks_text(victims).capitalize()} then failed waiting for it",
+                          culprits, victims)
+
     def failed_ranks(self, procs: list[tuple[int | None, subprocess.Popen[bytes]]]) -> list[int]:
         """Ranks that failed: from exit codes, the launcher's summary, or a printed traceback."""
         ranks = {r for r, p in procs if r is not None and p.returncode not in (None, 0)}
@@ -242,22 +433,42 @@ class _Stream:
                      if any(ln.startswith("Traceback") for ln in lines)}
         return sorted(ranks) or list(range(self.nprocs))
 
-    def error(self, what: str, ranks: list[int]) -> LaunchError:
+    def error(self, what: str, ranks: list[int], victims: Sequence[int] = ()) -> LaunchError:
         tails = {r: list(self.tails[r]) for r in ranks}
         parts = [f"{self.launcher} with {self.nprocs} process(es): {what}."]
         for r in ranks:
-            parts.append(f"--- last lines of rank {r} ---")
+            where = self._where(r)
+            parts.append(f"--- last lines of rank {r} ---"
+                         + (f" (stopped while {where[1]})" if where else ""))
             parts += [f"    {ln}" for ln in tails[r]] or ["    (printed nothing)"]
+        for r in victims:
+            if self.tails[r]:
+                parts.append(f"--- rank {r}, waiting for it, ended with ---")
+                parts += [f"    {ln}" for ln in list(self.tails[r])[-3:]]
         if not any(tails.values()) and self.launcher_lines:
             parts.append(f"--- last lines of {self.launcher} ---")
             parts += [f"    {ln}" for ln in self.launcher_lines[-TAIL:]]
         return LaunchError("\n".join(parts), ranks, tails)
 
 
+def _status(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was ended by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was ended by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _torchrun_codes(report: str) -> dict[int, int]:
+    """rank -> exit code of every failure listed in torchrun's report."""
+    return {int(r): int(code) for r, code in re.findall(
+        r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", report)}
+
+
 def _torchrun_culprits(report: str) -> set[int]:
     """Ranks that failed by themselves in torchrun's report (not those it stopped afterwards)."""
-    failures = [(int(r), int(code)) for r, code in re.findall(
-        r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", report)]
+    failures = list(_torchrun_codes(report).items())
     root = re.search(r"Root Cause.*?rank\s*:\s*(\d+)", report, re.S)
     if root:  # the first rank to fail; its peers often fail next, only because it vanished
         return {int(root.group(1))}
@@ -290,6 +501,15 @@ def _live_ranks(launch_id: str) -> list[int]:
                 ranks.add(int(envr[key]))
                 break
     return sorted(ranks)
+
+
+def _signal_launch(launch_id: str, sig: signal.Signals) -> None:
+    """Send sig to every live process of a launch, without waiting."""
+    for proc in _marked(launch_id):
+        try:
+            proc.send_signal(sig)
+        except psutil.Error:
+            pass
 
 
 def kill_launch(launch_id: str, roots: Sequence[subprocess.Popen[bytes]] = (),

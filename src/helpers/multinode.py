@@ -23,19 +23,14 @@ from pathlib import Path
 
 import psutil
 
-from .launch import (MARKER, LaunchResult, _bin, _live_ranks, _ranks_text, _Stream, free_port,
-                     kill_launch)
+from .launch import (LaunchResult, console_script, free_port, run_processes, worker_script)
 
 # torchrun prefixes worker lines with the *local* rank by default: two nodes would both print
 # [rank0]. This template (read by torchrun) makes the prefix the global rank.
 PREFIX_TEMPLATE = "[rank${rank}]:"
 
 
-@dataclass
-class MultiResult(LaunchResult):
-    """A LaunchResult that also records the exact command line of every launcher process."""
-
-    commands: list[list[str]] = field(default_factory=list)
+MultiResult = LaunchResult  # .commands records the exact command line of every launcher process
 
 
 def torchrun_node_argv(script: str, nnodes: int, nproc_per_node: int, endpoint: str,
@@ -53,13 +48,14 @@ def launch_nodes(script: str | os.PathLike[str], nnodes: int = 2, nproc_per_node
                  echo: bool = True) -> MultiResult:
     """Run script as a job of nnodes torchrun agents (one process each = one "node") on this machine."""
     _check_counts(nnodes=nnodes, nproc_per_node=nproc_per_node)
-    script = _script(script)
+    script = worker_script(script)
     endpoint = f"localhost:{free_port()}"
     run_id = uuid.uuid4().hex[:12]
     argv = torchrun_node_argv(script, nnodes, nproc_per_node, endpoint, run_id, args)
     extra = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": PREFIX_TEMPLATE}
-    return _run([(None, argv, {**extra, "DPC_NODE": str(i)}) for i in range(nnodes)],
-                "torchrun", nnodes * nproc_per_node, timeout, env, cwd, echo, early_stop=True)
+    return run_processes([(None, argv, {**extra, "DPC_NODE": str(i)}) for i in range(nnodes)],
+                         "torchrun", nnodes * nproc_per_node, timeout=timeout, env=env, cwd=cwd,
+                         echo=echo, stop_on_failure=True)
 
 
 def local_addresses() -> set[str]:
@@ -107,10 +103,11 @@ def horovodrun_hosts(script: str | os.PathLike[str], hosts: str, np: int | None 
     if remote:
         raise ValueError(f"hosts {remote} are not this machine: horovodrun would start their ranks "
                          "over ssh (needs passwordless ssh and the same environment there)")
-    script = _script(script)
-    argv = [_bin("horovodrun"), "-np", str(np), "-H", hosts, "--gloo", "--gloo-timeout-seconds",
+    script = worker_script(script)
+    argv = [console_script("horovodrun"), "-np", str(np), "-H", hosts, "--gloo", "--gloo-timeout-seconds",
             "60", sys.executable, script, *args]
-    return _run([(None, argv, {})], "horovodrun", np, timeout, env, cwd, echo, early_stop=False)
+    return run_processes([(None, argv, {})], "horovodrun", np, timeout=timeout, env=env, cwd=cwd,
+                         echo=echo, stop_on_failure=False)
 
 
 def slurm_tasks(script: str | os.PathLike[str], ntasks: int = 2, *, ntasks_per_node: int = 1,
@@ -119,7 +116,7 @@ def slurm_tasks(script: str | os.PathLike[str], ntasks: int = 2, *, ntasks_per_n
                 echo: bool = True) -> MultiResult:
     """Start ntasks processes with the SLURM_* variables srun gives its tasks (no SLURM needed)."""
     _check_counts(ntasks=ntasks, ntasks_per_node=ntasks_per_node)
-    script = _script(script)
+    script = worker_script(script)
     nnodes = -(-ntasks // ntasks_per_node)
     host = socket.gethostname()
     procs = []
@@ -130,7 +127,8 @@ def slurm_tasks(script: str | os.PathLike[str], ntasks: int = 2, *, ntasks_per_n
                  "SLURM_NTASKS_PER_NODE": str(ntasks_per_node), "SLURM_JOB_NODELIST": host,
                  "SLURM_JOB_ID": "0"}
         procs.append((task, [sys.executable, script, *args], slurm))
-    return _run(procs, "tf", ntasks, timeout, env, cwd, echo, early_stop=True)
+    return run_processes(procs, "tf", ntasks, timeout=timeout, env=env, cwd=cwd, echo=echo,
+                         stop_on_failure=True)
 
 
 def torch_env_from_slurm(environ: Mapping[str, str]) -> dict[str, str]:
@@ -168,42 +166,3 @@ def _check_counts(**counts: int) -> None:
     for name, n in counts.items():
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"{name}={n!r}: must be an integer >= 1")
-
-
-def _script(script: str | os.PathLike[str]) -> str:
-    path = Path(script).resolve()
-    if not path.is_file():
-        raise FileNotFoundError(f"worker script {path} does not exist")
-    return str(path)
-
-
-def _run(commands: list[tuple[int | None, list[str], dict[str, str]]], kind: str, nprocs: int,
-         timeout: float, env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None,
-         echo: bool, early_stop: bool) -> MultiResult:
-    """Start the processes, stream their output, raise LaunchError on failure; always clean up."""
-    launch_id = uuid.uuid4().hex
-    base_env = {**os.environ, **(env or {}), MARKER: launch_id, "PYTHONUNBUFFERED": "1"}
-    procs: list[tuple[int | None, subprocess.Popen[bytes]]] = []
-    stream = _Stream(kind, nprocs, echo)
-    start = time.monotonic()
-    try:
-        for rank, argv, extra in commands:
-            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, env={**base_env, **extra}, cwd=cwd,
-                                 start_new_session=True)
-            procs.append((rank, p))
-        deadline = start + timeout
-        failed = stream.pump(procs, deadline, stop_on_failure=early_stop)
-        seconds = time.monotonic() - start
-        if failed is None:
-            hung = _live_ranks(launch_id) or [r for r, p in procs if r is not None and p.poll() is None]
-            raise stream.error(f"timed out after {timeout:.0f} s; still running: "
-                               f"{_ranks_text(hung or list(range(nprocs)))} "
-                               "(a hang: a node or rank waiting for a peer?)", hung or list(range(nprocs)))
-        if failed:
-            ranks = stream.failed_ranks(procs)
-            raise stream.error(f"{_ranks_text(ranks)} failed", ranks)
-        return MultiResult(nprocs, seconds, stream.outputs, stream.launcher_lines,
-                           commands=[argv for _, argv, _ in commands])
-    finally:
-        kill_launch(launch_id, [p for _, p in procs])

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from .worker import where_now
+
 PHASES = ("reduce-scatter", "all-gather")
 
 
@@ -279,12 +281,18 @@ def deadlock_guard(seconds: float, what: str = "the ring") -> Iterator[None]:
 
     def watch() -> None:
         if not done.wait(seconds):
-            print(f"DEADLOCK? rank {rank}: {what} did not finish within {seconds:g} s. Every rank "
-                  f"may be waiting for a peer that waits too: a blocking dist.send waits until the "
-                  f"receiver posts its recv, so if every rank sends first, nobody receives. Post "
-                  f"the receive before waiting (dist.isend + dist.irecv, then .wait()), and check "
-                  f"that sender and receiver agree on the step and the chunk size.",
-                  file=sys.stderr, flush=True)
+            waiting, where = where_now()
+            print(f"DEADLOCK? rank {rank}: {what} did not finish within {seconds:g} s; this rank was "
+                  f"{where}.", file=sys.stderr, flush=True)
+            if waiting:
+                print("Every rank may be waiting for a peer that waits too: a blocking dist.send "
+                      "waits until the receiver posts its recv, so if every rank sends first, "
+                      "nobody receives. Post the receive before waiting (dist.isend + dist.irecv, "
+                      "then .wait()), and check that sender and receiver agree on the step and the "
+                      "chunk size.", file=sys.stderr, flush=True)
+            else:
+                print("It never reached the communication its peers were waiting for: look at "
+                      "that line (a loop that does not end?).", file=sys.stderr, flush=True)
             sys.stdout.flush()
             os._exit(3)
 

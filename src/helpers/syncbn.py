@@ -8,6 +8,8 @@ gradients stay local (DDP averages them like every other parameter gradient).
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -204,22 +206,18 @@ def _copy_bn(bn: nn.modules.batchnorm._BatchNorm) -> nn.modules.batchnorm._Batch
     return twin
 
 
-def check_main(argv: list[str] | None = None) -> None:
-    """Worker entry point: `--sizes 3,5` per-rank batch sizes; prints one line per quantity."""
+def check_main(argv: list[str] | None = None) -> NoReturn:
+    """Worker entry point: `--sizes 3,5` per-rank batch sizes; prints a line per quantity, reports, ends."""
     import argparse
-    import os
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", required=True)
     parser.add_argument("--dims", type=int, default=4)
     parser.add_argument("--tol", type=float, default=1e-4)
     args = parser.parse_args(argv)
-    backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= int(
-        os.environ.get("WORLD_SIZE", "1")) else "gloo"
-    if "RANK" in os.environ:
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        dist.init_process_group(backend)
+    from .worker import finish, report, start
+
+    start()  # gloo on CPU, NCCL with one GPU per rank
     sizes = [int(s) for s in args.sizes.split(",")]
     worst = check_against_full_batch(sizes, dims=args.dims)
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -227,6 +225,5 @@ def check_main(argv: list[str] | None = None) -> None:
         print(f"{name:13s} max|diff| {diff:.1e}  {'OK' if diff < args.tol else 'MISMATCH'}")
     ok = all(d < args.tol for d in worst.values())
     print(f"rank {rank} batch {sizes[rank]} of {sizes}: {'all equal' if ok else 'MISMATCH'}")
-    if dist.is_initialized():
-        dist.barrier()  # every rank done before teardown (gloo can abort under a busy peer)
-        dist.destroy_process_group()
+    report(equal=ok, **{name: diff for name, diff in worst.items()})
+    finish()

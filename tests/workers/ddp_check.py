@@ -2,8 +2,9 @@
 import torch
 from torch import nn
 
-from helpers.ddp import cleanup, is_main, reduce_value, setup
+from helpers.ddp import is_main, reduce_value, setup
 from helpers.syncbn import convert_sync_batchnorm
+from helpers.worker import finish
 
 info, device = setup()
 r = info.rank
@@ -21,4 +22,4 @@ opt.step()
 flat = torch.cat([p.detach().flatten() for p in model.parameters()])
 spread = reduce_value(flat, average=True) - flat
 print(f"rank {r} weights equal after a step: {bool(spread.abs().max() < 1e-6)}")
-cleanup()
+finish()

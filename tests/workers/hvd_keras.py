@@ -1,6 +1,5 @@
 """horovodrun test job (tf-keras, TF_USE_LEGACY_KERAS=1): fit with Horovod; ranks must agree."""
 import os
-import sys
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"  # Horovod drives tf-keras only, not Keras 3
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -9,6 +8,9 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from helpers.worker import finish, report, start
+
+start(backend=None)
 hvd.init()
 tf.random.set_seed(hvd.rank())  # different on purpose: the broadcast callback makes them equal
 model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(1)])
@@ -23,4 +25,5 @@ flat = np.concatenate([w.flatten() for w in model.get_weights()])
 gathered = hvd.allgather(tf.constant(flat[None, :])).numpy()
 same = bool(np.allclose(gathered[0], gathered[-1]))
 print(f"rank {hvd.rank()} of {hvd.size()}: weights identical on all ranks: {same}")
-sys.exit(0 if same else 1)
+report(same_weights=same)
+finish(0 if same else 1)

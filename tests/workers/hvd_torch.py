@@ -1,9 +1,10 @@
 """horovodrun test job (PyTorch): the six Horovod steps on a tiny model; ranks must agree."""
-import sys
-
 import horovod.torch as hvd
 import torch
 
+from helpers.worker import finish, report, start
+
+start(backend=None)
 hvd.init()
 torch.manual_seed(hvd.rank())  # different on purpose: the broadcast must make them equal
 model = torch.nn.Linear(4, 1)
@@ -22,4 +23,5 @@ flat = torch.cat([p.detach().flatten() for p in model.parameters()])
 gathered = hvd.allgather(flat.unsqueeze(0))
 same = bool(torch.allclose(gathered[0], gathered[-1]))
 print(f"rank {hvd.rank()} of {hvd.size()}: weights identical on all ranks: {same}")
-sys.exit(0 if same else 1)
+report(same_weights=same)
+finish(0 if same else 1)

@@ -1,41 +1,63 @@
-"""Test worker for helpers.launch: every rank records its pid, then behaves as argv[1] says.
+"""Test worker for helpers.launch and helpers.worker: every rank records its pid, then behaves as argv[1] says.
 
-ok: all-reduce and print; crash: the last rank raises; hang: the last rank sleeps forever before
-the all-reduce (so the others wait in it); for --launcher tf no torch.distributed is used.
+ok: all-reduce, report, finish; crash: the last rank raises; hang: the last rank sleeps forever
+before the all-reduce (so the others wait in it); early-exit: the last rank leaves with exit code
+0 before the all-reduce (its peers see the connection drop); abort-after-done: every rank
+finishes, then the last one aborts (SIGABRT) as gloo's teardown sometimes does; no-protocol-abort:
+the same abort after a plain last line, without the protocol; tf-*: plain processes (no
+torch.distributed).
 """
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
+from helpers.worker import finish, report, start
+
 mode = sys.argv[1]
-rank = int(os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0")))
-world = int(os.environ.get("WORLD_SIZE", os.environ.get("HOROVOD_SIZE", "1")))
+me = start(backend=None if mode.startswith("tf-") else "gloo")
+rank, world = me.rank, me.world_size
 piddir = os.environ.get("DPC_TEST_PIDDIR")
 if piddir:
     Path(piddir, f"{rank}-{os.getpid()}").touch()
 last = rank == world - 1
 
 if mode.startswith("tf-"):  # plain processes: TF_CONFIG tells each who it is
-    import json
-    task = json.loads(os.environ["TF_CONFIG"])["task"]
-    print(f"worker {task['index']} of {world}")
+    print(f"worker {rank} of {world}")
     if mode == "tf-crash" and last:
         raise SystemExit("worker fails on purpose")
     if mode == "tf-crash":
         time.sleep(600)  # a peer that would wait forever for the crashed one
-    sys.exit(0)
+    report(worker=rank)
+    finish(barrier=False)
 
-import torch
-import torch.distributed as dist
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
-dist.init_process_group("gloo")
 print(f"rank {rank} ready")
 if mode == "crash" and last:
     raise RuntimeError(f"rank {rank} fails on purpose")
 if mode == "hang" and last:
     time.sleep(600)
+if mode == "early-exit" and last:
+    sys.stdout.flush()
+    os._exit(0)
 t = torch.tensor([float(rank + 1)])
 dist.all_reduce(t)
 print(f"rank {rank} sum {t.item():.0f}")
-dist.destroy_process_group()
+report(sum=t.item(), backend=me.backend, device=me.device)
+if mode == "no-protocol-abort":
+    dist.barrier()
+    if last:
+        os.kill(os.getpid(), signal.SIGABRT)
+    sys.exit(0)
+if mode == "abort-after-done":
+    # What finish() prevents: a rank that has reported done dying in teardown. Simulate it: the
+    # DONE line, then SIGABRT instead of a clean exit.
+    dist.barrier()
+    os.write(1, f'DPC-DONE {{"rank":{rank},"synced":true,"code":0}}\n'.encode())
+    if last:
+        os.kill(os.getpid(), signal.SIGABRT)
+    os._exit(0)
+finish()

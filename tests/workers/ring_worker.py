@@ -10,8 +10,9 @@ import torch
 import torch.distributed as dist
 
 from helpers.ring import count_sends, deadlock_guard, ps_allreduce, ring_allreduce, ring_bytes_per_worker
+from helpers.worker import finish, report, start
 
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+start("gloo", timeout=60)
 rank, n = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(rank)
 checked = 0
@@ -42,5 +43,5 @@ with deadlock_guard(60, "ring_worker checks"):
     assert counts["bytes"] == expect, (counts, expect)
     assert set(counts) == {"bytes", "messages", f"to {(rank + 1) % n}"}, counts
 print(f"ok rank {rank} of {n}: {checked} ring checks, {counts['bytes']} bytes sent to the right")
-dist.barrier()
-dist.destroy_process_group()
+report(checked=checked, bytes_sent=counts["bytes"])
+finish()

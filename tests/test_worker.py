@@ -1,0 +1,112 @@
+"""helpers.worker: where a rank sits, the one backend rule, the protocol's lines, how a rank ends."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers.worker import (DONE, RESULT, START, Worker, backend_for, parse_line, place, stuck_at,
+                            where_now)
+
+
+def test_place_reads_torchrun_first():
+    env = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
+           "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
+    assert place(env) == Worker(5, 8, 1, 4, "torchrun")
+
+
+def test_place_reads_horovod_slurm_tf_and_nothing():
+    assert place({"HOROVOD_RANK": "3", "HOROVOD_SIZE": "4", "HOROVOD_LOCAL_RANK": "1",
+                  "HOROVOD_LOCAL_SIZE": "2"}) == Worker(3, 4, 1, 2, "horovod")
+    assert place({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1",
+                  "SLURM_NTASKS_PER_NODE": "2(x2)"}) == Worker(3, 4, 1, 2, "slurm")
+    tf_config = {"cluster": {"worker": ["a:1", "b:2", "c:3"]}, "task": {"type": "worker", "index": 2}}
+    assert place({"TF_CONFIG": json.dumps(tf_config)}) == Worker(2, 3, 2, 3, "tf")
+    alone = place({"HOME": "/root"})
+    assert alone == Worker() and not alone.distributed and alone.is_main
+
+
+def test_place_rejects_a_garbled_number():
+    with pytest.raises(ValueError, match=r"WORLD_SIZE='two' is not a whole number"):
+        place({"RANK": "0", "WORLD_SIZE": "two"})
+
+
+@pytest.mark.parametrize("local, gpus, want", [
+    (1, 0, "gloo"), (2, 0, "gloo"),      # no GPU: CPU ranks
+    (1, 1, "nccl"),                      # one GPU, one rank: NCCL with one rank
+    (2, 1, "gloo"), (4, 2, "gloo"),      # fewer GPUs than ranks on this node: never share a GPU
+    (2, 2, "nccl"), (2, 8, "nccl"),      # a GPU per local rank (ranks on other nodes don't count)
+])
+def test_backend_for(local, gpus, want):
+    assert backend_for(local, gpus) == want
+
+
+def test_parse_line():
+    assert parse_line('DPC-RESULT {"rank":1,"x":2}') == (RESULT, {"rank": 1, "x": 2})
+    assert parse_line('DPC-DONE {"rank":0,"synced":true,"code":0}')[0] == DONE
+    assert parse_line('DPC-START {"rank":0}')[0] == START
+    for other in ["RESULT {}", "DPC-RESULT not json", "DPC-RESULT [1]", "loss 0.1", ""]:
+        assert parse_line(other) is None
+
+
+def test_stuck_at_tells_waiting_from_busy(tmp_path):
+    code = tmp_path / "student.py"
+    code.write_text("x = 1\nwork.wait()\nwhile True:\n    pass\n")
+    idle = [(str(tmp_path / "threading.py"), 10, "wait")]
+    in_torch = [("/v/site-packages/torch/distributed/distributed_c10d.py", 3252, "all_reduce")]
+    assert stuck_at([idle, in_torch]) == (True, "waiting for its peers in all_reduce() (distributed_c10d.py:3252)")
+    assert stuck_at([[(str(code), 2, "reduce_scatter")]])[0] is True  # a line that calls .wait(
+    busy = stuck_at([idle, [(str(code), 4, "reduce_scatter")]])
+    assert busy == (False, "busy in student.py:4 (reduce_scatter): pass")
+    assert stuck_at([idle]) == (True, "idle")
+
+
+def test_where_now_sees_the_main_thread_busy():
+    import threading
+    import time
+
+    seen: dict[str, tuple[bool, str]] = {}
+
+    def look() -> None:  # look until the main thread is in its loop (it may still be in start())
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            seen["w"] = where_now()
+            if not seen["w"][0]:
+                break
+        seen["done"] = (True, "")
+
+    t = threading.Thread(target=look)
+    t.start()
+    while "done" not in seen:  # the main thread spins here while the other one looks at it
+        pass
+    t.join()
+    waiting, where = seen["w"]
+    assert not waiting and "test_worker.py" in where and 'while "done" not in seen' in where
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_report_and_finish_in_a_plain_process():
+    done = _run("from helpers.worker import finish, report, start\n"
+                "me = start(backend=None)\n"
+                "print('work', flush=True)\n"
+                "report(loss=0.5, ok=True, xs=[1, 2])\n"
+                "finish(3)\n"
+                "print('never printed')\n")
+    assert done.returncode == 3
+    lines = done.stdout.splitlines()
+    assert lines[0] == "work"
+    assert parse_line(lines[1]) == (RESULT, {"rank": 0, "loss": 0.5, "ok": True, "xs": [1, 2]})
+    assert parse_line(lines[2]) == (DONE, {"rank": 0, "synced": False, "code": 3})
+    assert len(lines) == 3  # no START line outside a launch
+
+
+def test_report_converts_arrays_and_refuses_objects():
+    done = _run("import numpy as np\nfrom helpers.worker import report\n"
+                "report(a=np.arange(3), s=np.float32(1.5))\nreport(bad=object())\n")
+    assert parse_line(done.stdout.splitlines()[0]) == (RESULT, {"rank": 0, "a": [0, 1, 2], "s": 1.5})
+    assert "report() got a object: pass numbers, strings, bools, lists or dicts" in done.stderr
