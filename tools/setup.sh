@@ -57,5 +57,11 @@ if [ "${DPC_HOROVOD:-1}" != 0 ]; then
     | grep -E "TensorFlow|PyTorch|Gloo" || true
 fi
 
+# Kernels of this environment log only errors: ipykernel's start-up warning "Kernel is running over
+# TCP without encryption" (about a local kernel's sockets) would otherwise greet every nbconvert,
+# papermill and nbgrader run. Kernels read this file from <env>/etc/ipython.
+mkdir -p "$VENV/etc/ipython"
+echo 'c.IPKernelApp.log_level = "ERROR"  # written by tools/setup.sh' > "$VENV/etc/ipython/ipython_kernel_config.py"
+
 echo "$WANT" > "$STAMP"
 echo "setup: done in $(( $(date +%s) - start )) s"

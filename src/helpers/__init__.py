@@ -9,13 +9,14 @@ from .data import (SlowSource, WhoLoads, digits, load_images, synthetic_images,
 from .devices import (DeviceError, Inventory, TorchPlan, cpu_cores, inventory, tf_devices,
                       torch_plan)
 from .launch import LaunchError, LaunchResult, free_port, launch
+from .quiet import import_tensorflow
 from .timing import (EpochClock, ScalingRow, Timer, format_table, keras_epoch_timer, measure,
                      plot_breakdown, plot_speedup, scaling_table, speedup_table, throughput)
 
 __all__ = [
     "DeviceError", "EpochClock", "Inventory", "LaunchError", "LaunchResult", "ScalingRow",
     "SlowSource", "Timer", "WhoLoads", "TorchPlan", "cpu_cores", "digits", "format_table", "free_port",
-    "inventory", "keras_epoch_timer", "launch", "load_images", "measure", "plot_breakdown", "plot_speedup",
+    "import_tensorflow", "inventory", "keras_epoch_timer", "launch", "load_images", "measure", "plot_breakdown", "plot_speedup",
     "scaling_table", "sh", "speedup_table", "synthetic_images", "tf_devices", "tf_pipeline_ops", "throughput",
     "torch_plan",
 ]

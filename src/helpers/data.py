@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from .quiet import import_tensorflow
+
 
 def synthetic_images(n: int, *, image_size: int = 32, classes: int = 10, channels: int = 3,
                      seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -54,7 +56,7 @@ def load_images(name: str = "synthetic", *, source: str = "offline", n: int = 20
     except ImportError as err:
         raise ImportError("source='tfds' needs tensorflow-datasets and a network: "
                           "pip install tensorflow-datasets") from err
-    import tensorflow as tf
+    tf = import_tensorflow()
 
     ds = tfds.load(name, split="train", as_supervised=True).take(n)
     xs, ys = [], []
@@ -144,7 +146,7 @@ class WhoLoads:
 
 def tf_pipeline_ops(dataset: Any) -> list[str]:
     """The dataset ops of a tf.data pipeline, source first, e.g. ['RangeDataset', ..., 'PrefetchDataset']."""
-    import tensorflow as tf
+    tf = import_tensorflow()
 
     graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
     return [node.op for node in graph.node if "Dataset" in node.op]

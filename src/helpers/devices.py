@@ -5,6 +5,7 @@ import operator
 import os
 from dataclasses import dataclass, field
 
+from .quiet import import_tensorflow
 from .worker import backend_for
 
 # Simulated devices are for learning, not speed: past this many, a 2-core laptop spends its time
@@ -38,7 +39,7 @@ def torch_gpus() -> list[str]:
 def tf_gpus() -> list[str]:
     """Names of the physical GPUs TensorFlow sees (empty without TensorFlow or a GPU)."""
     try:
-        import tensorflow as tf
+        tf = import_tensorflow()
     except ImportError:
         return []
     return [d.name for d in tf.config.list_physical_devices("GPU")]
@@ -88,7 +89,7 @@ def tf_devices(n: int, *, kind: str = "auto", memory_mb: int = DEFAULT_LOGICAL_G
     n = _check_count(n, "TensorFlow devices")
     if kind not in ("auto", "gpu", "cpu"):
         raise DeviceError(f"kind={kind!r}: use 'auto', 'gpu' or 'cpu'")
-    import tensorflow as tf
+    tf = import_tensorflow()
 
     gpus = tf.config.list_physical_devices("GPU")
     if kind == "gpu" and not gpus:

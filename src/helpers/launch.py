@@ -31,6 +31,7 @@ from typing import Any
 
 import psutil
 
+from .quiet import harmless
 from .worker import DONE, RESULT, START, Frame, parse_line, stuck_at
 
 LAUNCHERS = ("torchrun", "horovodrun", "tf")
@@ -205,14 +206,6 @@ _PEER_LOST = re.compile(
     r"Connection (reset|closed) by peer|Broken pipe|ECONNRESET|Socket Timeout|timed out|Timeout|"
     r"Timed out|waiting for its peers|Gloo connectFullMesh failed|Read error|Connection refused|"
     r"NCCL.*(Watchdog|timeout)|failed to connect|peer .*(closed|lost)", re.I)
-# Harmless lines that read like errors; kept in LaunchResult.lines, not echoed to the notebook.
-QUIET_LINES = re.compile(
-    r"failed call to cuInit|Could not find cuda drivers|cuda_(executor|diagnostics|dnn|fft|blas)\.cc|"
-    r"Unable to register cu(DNN|FFT|BLAS) factory|oneDNN custom operations are on|"
-    r"This TensorFlow binary is optimized to use available CPU instructions|"
-    r"rebuild TensorFlow with the appropriate compiler flags|computation_placer\.cc|"
-    r"absl::InitializeLog|TF-TRT Warning|Setting OMP_NUM_THREADS environment variable|"
-    r"^\*{10,}$|WARNING: All log messages before absl|Sending process \d+ closing signal SIGTERM")
 # faulthandler's dump of a stopped worker (helpers.worker.start registers it for SIGTERM).
 _DUMP_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ .*\(most recent call first\):$|^Stack \(most recent call first\):$")
 _DUMP_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
@@ -244,14 +237,14 @@ class _Stream:
             self.launcher_lines.append(text)
             # The launcher's own failure report is summarised by LaunchError: do not echo it.
             self.quiet = self.quiet or text.startswith("Traceback") or " failed (exitcode" in text
-            if self.echo and not self.quiet and text.strip(" *") and not QUIET_LINES.search(text):
+            if self.echo and not self.quiet and text.strip(" *") and not harmless(text):
                 print(f"[{self.launcher}] {text}", flush=True)
             return
         if self._protocol(rank, text):
             return
         self.outputs[rank].append(text)
         self.tails[rank].append(text)
-        if self.echo and not QUIET_LINES.search(text):
+        if self.echo and not harmless(text):
             print(f"[rank {rank}] {text}", flush=True)
 
     def _protocol(self, rank: int, text: str) -> bool:

@@ -13,13 +13,9 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import psutil
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from .quiet import import_tensorflow
+
 N_FEATURES = 20
 N_CLASSES = 5
 
@@ -56,7 +58,7 @@ def split_sizes(batch: int, speeds: Sequence[float]) -> list[int]:
 
 def single_device_step(model: Any, optimizer: Any, loss_fn: Any, x: Any, y: Any) -> Any:
     """One ordinary training step on the whole batch (the reference the towers must match); returns the loss."""
-    import tensorflow as tf
+    tf = import_tensorflow()
 
     with tf.GradientTape() as tape:
         loss = loss_fn(y, model(x, training=True))

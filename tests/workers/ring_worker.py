@@ -3,8 +3,6 @@
 Checks several sizes (not divisible by the world size, smaller than it, empty), dtypes and piece
 sizes; with `count`, also the bytes each rank sends. Prints one `ok ...` line per rank.
 """
-import datetime
-import sys
 
 import torch
 import torch.distributed as dist
