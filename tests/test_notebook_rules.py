@@ -46,6 +46,38 @@ def test_has_a_parameters_cell(rel):
     assert parsed == names, f"{rel}: papermill cannot parse the parameters {names - parsed}"
 
 
+NEEDS = re.compile(r"^\*\*Needs:\*\* (\d+) CPU cores?, (\d+(?:\.\d+)?) GB of memory, about (\d+) minutes? "
+                   r"on a 2-core laptop without a GPU \(one GPU: [^)]+\)\.$", re.M)
+
+
+@pytest.mark.parametrize("rel", NOTEBOOKS)
+def test_declares_what_it_needs(rel):
+    """The first cell says what a run with the defaults needs: cores, memory, minutes (measured)."""
+    first = cells(rel)[0]
+    found = NEEDS.search(source(first)) if first["cell_type"] == "markdown" else None
+    assert found, (f"{rel}: the first cell must say what the notebook needs, on a line like "
+                   "'**Needs:** 2 CPU cores, 2 GB of memory, about 3 minutes on a 2-core laptop "
+                   "without a GPU (one GPU: about 1 minute).'")
+    assert int(found.group(3)) <= 5, f"{rel}: the defaults must run in at most 5 minutes on 2 cores"
+
+
+@pytest.mark.parametrize("rel", NOTEBOOKS)
+def test_workers_speak_the_protocol(rel):
+    """Every worker script a notebook writes and launches starts, reports and ends the course's way."""
+    code = [source(c) for c in cells(rel) if c["cell_type"] == "code"]
+    launching = "\n".join(t for t in code if "launch(" in t and not t.startswith("%%writefile"))
+    for text in code:
+        if not text.startswith("%%writefile"):
+            continue
+        name = text.splitlines()[0].split()[-1].rsplit("/", 1)[-1]
+        if not re.search(rf"[/\"']{re.escape(name)}[\"']", launching):
+            continue  # a module the workers import, not a script that is launched
+        first = text.splitlines()[0]
+        assert "from helpers.worker import" in text, f"{rel}: {first}: start, report and finish with helpers.worker"
+        assert "finish(" in text, f"{rel}: {first}: end with helpers.worker.finish()"
+        assert not re.search(r"print\(f?[\"']RESULT", text), f"{rel}: {first}: report results with report()"
+
+
 @pytest.mark.parametrize("rel", NOTEBOOKS)
 def test_no_shell_escapes(rel):
     """`!cmd` does not fail the cell when cmd fails: notebooks use helpers.sh instead."""
