@@ -12,7 +12,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 LAB ?= 01-input-pipeline
 OUT ?= grades.csv
 
-.PHONY: help setup lab test labs grade solutions bench clean
+.PHONY: help setup lab test labs grade solutions bench soak clean
 
 help:
 	@echo "make lab    set up (first time only) and open JupyterLab on the course's start page"
@@ -22,6 +22,8 @@ help:
 	@echo "make solutions [SOLUTIONS_ARGS=--ci]   run every course and solution notebook on this"
 	@echo "            machine's hardware; report in build/solutions/report.md (exit 1 on a failure)"
 	@echo "make bench  run every benchmark side by side, print ratios vs goals, plots in build/bench/"
+	@echo "make soak [SOAK_ARGS=...]   every kind of distributed launch, repeated under a CPU hog,"
+	@echo "            plus a burst of 20; ends with 'soak: N launches, F failed' (about 30 min)"
 
 setup:
 	@bash tools/setup.sh
@@ -51,6 +53,11 @@ solutions: setup
 BENCH_ARGS ?=
 bench: setup
 	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
+
+# `make soak [SOAK_ARGS="--rounds 5 --only lab7"]`: launches under load; results in build/soak/.
+SOAK_ARGS ?=
+soak: setup
+	$(PY) benchmarks/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf build course/runs solutions/*/runs

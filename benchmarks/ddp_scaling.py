@@ -27,14 +27,16 @@ sys.path.insert(0, str(ROOT / "src"))
 
 
 def worker(steps: int, batch: int, warmup: int, local: bool = False) -> None:
-    """One rank: time `steps` DDP training steps after `warmup`; rank 0 prints samples/s."""
+    """One rank: time `steps` DDP training steps after `warmup`; rank 0 reports samples/s."""
     import torch
     import torch.distributed as dist
     from torch import nn
 
+    from helpers.worker import finish, report, start
+
     torch.set_num_threads(1)
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    dist.init_process_group("gloo")
+    me = start("gloo")
+    rank, world = me.rank, me.world_size
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -62,9 +64,8 @@ def worker(steps: int, batch: int, warmup: int, local: bool = False) -> None:
     seconds = torch.tensor([time.perf_counter() - start])
     dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
     if rank == 0:
-        print(f"SAMPLES_PER_S {world * batch * steps / seconds.item():.2f}")
-    dist.barrier()  # nobody tears the group down while a peer still uses it
-    dist.destroy_process_group()
+        report(samples_per_s=world * batch * steps / seconds.item())
+    finish()
 
 
 def run(nprocs: int, steps: int, batch: int, warmup: int, local: bool = False) -> float:
@@ -74,8 +75,7 @@ def run(nprocs: int, steps: int, batch: int, warmup: int, local: bool = False) -
     res = launch(__file__, nprocs, args=["--worker", "--steps", str(steps), "--batch", str(batch),
                                          "--warmup", str(warmup), *(["--independent"] if local else [])],
                  timeout=600, echo=False, env={"OMP_NUM_THREADS": "1"})
-    line = next(ln for ln in res.lines(0) if ln.startswith("SAMPLES_PER_S"))
-    return float(line.split()[1])
+    return float(res.report(0)["samples_per_s"])
 
 
 def main() -> None:

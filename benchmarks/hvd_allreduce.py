@@ -25,9 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-RESULT = "HVD_ALLREDUCE_RESULT "  # the line rank 0 prints its measurements on
-
-
 def bus_factor(n: int) -> float:
     """busbw / algbw for an all-reduce over n ranks: 2(n-1)/n."""
     return 2 * (n - 1) / n
@@ -39,12 +36,15 @@ def worker(sizes_mb: list[float], repeat: int, iters: int) -> None:
     import torch
     import torch.distributed as dist
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from helpers.launch import free_port
+    from helpers.worker import finish, report, start
+
+    start(backend=None)  # Horovod makes its own communication; the gloo group below is measured
     hvd.init()
     torch.set_num_threads(1)
     port = None
     if hvd.rank() == 0:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-        from helpers.launch import free_port
         port = free_port()
     port = hvd.broadcast_object(port, root_rank=0, name="port")  # same name on every rank
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=hvd.rank(),
@@ -82,8 +82,8 @@ def worker(sizes_mb: list[float], repeat: int, iters: int) -> None:
             rows.append({"library": lib, "ranks": hvd.size(), "mbytes": mb, "bytes": nbytes,
                          "median_s": med, "algbw_GBps": algbw,
                          "busbw_GBps": algbw * bus_factor(hvd.size()), "repeats": repeat})
-        print(RESULT + json.dumps(rows), flush=True)
-    dist.destroy_process_group()
+        report(rows=rows)
+    finish()
 
 
 def table(rows: list[dict]) -> str:
@@ -126,10 +126,7 @@ def main() -> None:
                 "--sizes-mb", *map(str, a.sizes_mb)]
         res = helpers.launch(__file__, n, launcher="horovodrun", args=args, timeout=a.timeout,
                              echo=False)
-        found = [ln for ln in res.lines(0) if ln.startswith(RESULT)]
-        if not found:
-            raise SystemExit(f"rank 0 reported nothing with {n} ranks:\n" + "\n".join(res.lines(0)))
-        rows += json.loads(found[-1][len(RESULT):])
+        rows += res.report(0)["rows"]
         print(f"{n} ranks measured in {res.seconds:.0f} s", flush=True)
     print("\nAll-reduce (sum) of float32 tensors over gloo on CPU; medians of "
           f"{a.repeat} interleaved repeats; busbw = bytes/time x 2(N-1)/N")

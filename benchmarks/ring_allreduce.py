@@ -25,20 +25,16 @@ GOAL_MB = (16, 64)
 
 
 def worker(sizes: list[int], repeat: int) -> None:
-    """Inside torchrun: measure and let rank 0 print one RESULT line of JSON."""
-    import datetime
-
-    import torch.distributed as dist
-
+    """Inside torchrun: measure; rank 0 reports the rows."""
     from helpers.ring import measure_allreduce
+    from helpers.worker import finish, report, start
 
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+    me = start("gloo", timeout=300)
     rows = measure_allreduce(sizes, repeat=repeat)
-    if dist.get_rank() == 0:
-        print("RESULT " + json.dumps([{"method": r.method, "n": r.n, "bytes": r.nbytes,
-                                       "seconds": r.seconds, "times": r.times,
-                                       "busbw": r.busbw, "algbw": r.algbw} for r in rows]))
-    dist.destroy_process_group()
+    if me.is_main:
+        report(rows=[{"method": r.method, "n": r.n, "bytes": r.nbytes, "seconds": r.seconds,
+                      "times": r.times, "busbw": r.busbw, "algbw": r.algbw} for r in rows])
+    finish()
 
 
 def run(sizes_mb: list[float], nprocs: list[int], repeat: int, timeout: float) -> list[dict]:
@@ -51,8 +47,7 @@ def run(sizes_mb: list[float], nprocs: list[int], repeat: int, timeout: float) -
         res = helpers.launch(__file__, n, args=["--worker", "--sizes", *map(str, sizes),
                                                 "--repeat", str(repeat)],
                              timeout=timeout, echo=False)
-        line = next(ln for ln in res.lines(0) if ln.startswith("RESULT "))
-        rows += json.loads(line[len("RESULT "):])
+        rows += res.report(0)["rows"]
     return rows
 
 

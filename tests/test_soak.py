@@ -1,0 +1,48 @@
+"""benchmarks/soak.py (`make soak`): the worker files it extracts, the legacy exit it can put back,
+and one real (small) soak on a loaded machine."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import soak  # noqa: E402
+
+
+def test_writefiles_extracts_the_workers_of_a_notebook():
+    files = soak.writefiles(ROOT / "solutions/07-ddp-syncbn/ddp.ipynb")
+    assert "runs/07/check.py" in files and "runs/07/lab_setup.py" in files
+    assert not any(body.startswith("%%writefile") for body in files.values())
+
+
+def test_legacy_puts_back_the_old_ending_only():
+    src = "x = 1\nif x:\n    finish()  # the end\nreport(a=1)\n"
+    old = soak.legacy(src)
+    assert "finish(" not in old and "report(a=1)" in old
+    assert "    if _dist.is_initialized():\n        _dist.barrier()\n        _dist.destroy_process_group()" in old
+
+
+def test_summary_counts_failures_by_kind():
+    outcomes = [soak.Outcome("a", 1.0), soak.Outcome("a", 3.0, "hang"), soak.Outcome("b", 2.0)]
+    lines = soak.summary(outcomes)
+    assert lines[-1] == "soak: 3 launches, 1 failed"
+    assert lines[1].split()[:3] == ["a", "2", "1"] and lines[1].endswith("hang: 1")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_small_soak_under_a_cpu_hog(tmp_path):
+    out = tmp_path / "soak.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--only", "ch5 ring check",
+                           "--rounds", "2", "--burst", "2", "--hog", "2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=580)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.rstrip().splitlines()[-1] == "soak: 4 launches, 0 failed"
+    data = json.loads(out.read_text())
+    assert [o["kind"] for o in data["outcomes"]].count("ch5 ring check (torchrun 3)") == 2
+    assert data["hog"] == 2
