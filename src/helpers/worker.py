@@ -116,8 +116,8 @@ def place(environ: Mapping[str, str] | None = None) -> Worker:
                       _int(env, "HOROVOD_LOCAL_SIZE", world), "horovod")
     if "SLURM_PROCID" in env:
         world = _int(env, "SLURM_NTASKS", 1)
-        return Worker(_int(env, "SLURM_PROCID", 0), world, _int(env, "SLURM_LOCALID", 0),
-                      _int(env, "SLURM_NTASKS_PER_NODE", world), "slurm")
+        per_node = _int(env, "SLURM_NTASKS_PER_NODE", _int(env, "SLURM_TASKS_PER_NODE", world))
+        return Worker(_int(env, "SLURM_PROCID", 0), world, _int(env, "SLURM_LOCALID", 0), per_node, "slurm")
     return Worker()
 
 
