@@ -146,8 +146,8 @@ def launch(script: str | os.PathLike[str], nprocs: int = 2, *, launcher: str = "
 
 
 def quiet_env(nprocs: int) -> dict[str, str]:
-    """Defaults every launched process gets unless the caller sets them: one share of the cores
-    per process (and so no torchrun notice about OMP_NUM_THREADS), no TensorFlow C++ chatter."""
+    """Defaults every launched process gets unless set: its share of the cores (so torchrun has
+    no OMP_NUM_THREADS notice to print) and TensorFlow's C++ log at warnings and above."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return {"OMP_NUM_THREADS": str(max(1, cores // max(1, nprocs))), "TF_CPP_MIN_LOG_LEVEL": "2"}
 
@@ -203,8 +203,8 @@ def _ranks_text(ranks: Sequence[int]) -> str:
 
 # Lines a worker prints when a peer it talks to has gone away or never came: it is a victim.
 _PEER_LOST = re.compile(
-    r"Connection (reset|closed) by peer|Broken pipe|ECONNRESET|Socket Timeout|timed out|Timeout|"
-    r"Timed out|waiting for its peers|Gloo connectFullMesh failed|Read error|Connection refused|"
+    r"Connection (reset|closed) by peer|Broken pipe|ECONNRESET|timed out|timeout|"
+    r"waiting for its peers|Gloo connectFullMesh failed|Read error|Connection refused|"
     r"NCCL.*(Watchdog|timeout)|failed to connect|peer .*(closed|lost)", re.I)
 # faulthandler's dump of a stopped worker (helpers.worker.start registers it for SIGTERM).
 _DUMP_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ .*\(most recent call first\):$|^Stack \(most recent call first\):$")
