@@ -110,3 +110,20 @@ def test_report_converts_arrays_and_refuses_objects():
                 "report(a=np.arange(3), s=np.float32(1.5))\nreport(bad=object())\n")
     assert parse_line(done.stdout.splitlines()[0]) == (RESULT, {"rank": 0, "a": [0, 1, 2], "s": 1.5})
     assert "report() got a object: pass numbers, strings, bools, lists or dicts" in done.stderr
+
+
+def test_every_distributed_script_of_the_course_uses_the_protocol():
+    """No script starts a process group, reports or exits its own way (notebooks: the rules test)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    scripts = [p for d in ("src/helpers", "examples", "benchmarks", "tests/workers")
+               for p in (root / d).rglob("*.py") if p.name != "worker.py"]
+    starts = [p for p in scripts if any(s in p.read_text() for s in
+                                        ("init_process_group(", "hvd.init()", "MultiWorkerMirroredStrategy("))]
+    assert {p.name for p in starts} >= {"hvd_worker.py", "tf_worker.py", "hvd_allreduce.py"}
+    for p in starts:
+        text = p.read_text()
+        assert "from helpers.worker import" in text and "finish(" in text, f"{p}: use helpers.worker"
+    for p in scripts:
+        assert 'print("RESULT' not in p.read_text(), f"{p}: report results with helpers.worker.report"
