@@ -1,11 +1,16 @@
 """Grading of lab 05 (ring all-reduce): a correct submission gets full marks; typical mistakes
 (wrong ring step index, an all-gather that overwrites the wrong chunk, a ring that deadlocks
 because every rank sends before it receives, whole buffers sent instead of chunks) lose exactly
-the points of the tests they break, and a deadlock is stopped by its guard, not by the grader."""
+the points of the tests they break, and a deadlock is stopped by its guard, not by the grader;
+a rank that never reaches the ring (an endless loop) is the one the error names."""
 from __future__ import annotations
+
+import json
 
 import pytest
 from gradekit import ROOT, grade_all, lost, submission as fill
+
+import helpers
 
 LAB = "05-ring-allreduce"
 RELEASE = ROOT / "labs" / LAB / "ring.ipynb"
@@ -125,3 +130,22 @@ def test_wasted_traffic_and_wrong_real_step_lose_their_points(graded):
     assert row["status"] == "graded", row
     assert lost(row) == {"test-ring-sim-traffic", "test-ring-real-exact"}, row
     assert row["score"] == "7"
+
+
+def test_a_rank_that_never_reaches_the_ring_is_named(tmp_path):
+    """A ring where rank 1 loops forever before its first message: the error the lab shows the
+    student (run_check returns str(LaunchError)) names rank 1, busy in the student's file, not the
+    ranks left waiting for it. The lab's own check worker runs it, without the grader (~20 s)."""
+    cells = {c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"])
+             for c in json.loads(RELEASE.read_text())["cells"]}
+    (tmp_path / "ring_check.py").write_text(cells["ring-check-worker"].split("\n", 1)[1])
+    # rank 1 never sends nor receives: it loops before its first message
+    spinning = REAL.format(exchange=NONBLOCKING, **GOOD_STEP).replace(
+        "    buf = torch.empty(", "    while rank == 1:\n        pass\n    buf = torch.empty(", 1)
+    assert "while rank == 1:" in spinning
+    (tmp_path / "student_ring.py").write_text(spinning.split("\n", 1)[1])
+    with pytest.raises(helpers.LaunchError) as err:
+        helpers.launch(tmp_path / "ring_check.py", 3, timeout=120, echo=False, args=["5", "1,4,1000"])
+    message = str(err.value)
+    assert err.value.ranks == [1], message
+    assert "rank 1" in message.splitlines()[0] and "busy in student_ring.py" in message, message
