@@ -264,6 +264,14 @@ def test_sh_returns_and_prints_output(capsys):
     assert capsys.readouterr().out == "hi\n"
 
 
+def test_sh_hides_harmless_start_up_lines_but_returns_them(capsys):
+    cuinit = "E0000 00:00:1.0 1 cuda_platform.cc:52] failed call to cuInit: UNKNOWN ERROR (303)"
+    out = helpers.sh(f"echo '{cuinit}' >&2; echo real warning >&2; echo done")
+    assert cuinit in out and "real warning" in out
+    shown = capsys.readouterr().out
+    assert "cuInit" not in shown and "real warning" in shown and "done" in shown
+
+
 def test_sh_argv_list():
     assert helpers.sh(["printf", "%s", "no newline"]) == "no newline"
 

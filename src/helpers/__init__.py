@@ -1,6 +1,7 @@
 """The course's helper library: devices, timing, launching workers (helpers.worker is their side), offline data, shell commands."""
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Sequence
 
@@ -8,8 +9,8 @@ from .data import (SlowSource, WhoLoads, digits, load_images, synthetic_images,
                    tf_pipeline_ops)
 from .devices import (DeviceError, Inventory, TorchPlan, cpu_cores, inventory, tf_devices,
                       torch_plan)
-from .launch import LaunchError, LaunchResult, free_port, launch
-from .quiet import import_tensorflow
+from .launch import LaunchError, LaunchResult, free_port, launch, quiet_env
+from .quiet import harmless, import_tensorflow
 from .timing import (EpochClock, ScalingRow, Timer, format_table, keras_epoch_timer, measure,
                      plot_breakdown, plot_speedup, scaling_table, speedup_table, throughput)
 
@@ -23,11 +24,16 @@ __all__ = [
 
 
 def sh(cmd: str | Sequence[str], *, timeout: float = 600.0) -> str:
-    """Run a shell command from a notebook, print and return its output; fail the cell if it fails."""
+    """Run a shell command from a notebook, print and return its output; fail the cell if it fails.
+
+    Known harmless start-up lines (helpers.quiet) are returned but not printed.
+    """
     shell = isinstance(cmd, str)
-    done = subprocess.run(cmd, shell=shell, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(cmd, shell=shell, capture_output=True, text=True, timeout=timeout,
+                          env={**quiet_env(1), **os.environ})
     out = done.stdout + done.stderr
-    print(out, end="" if out.endswith("\n") or not out else "\n")
+    shown = "".join(ln for ln in out.splitlines(keepends=True) if not harmless(ln))
+    print(shown, end="" if shown.endswith("\n") or not shown else "\n")
     if done.returncode != 0:
         raise subprocess.CalledProcessError(done.returncode, cmd, done.stdout, done.stderr)
     return out
