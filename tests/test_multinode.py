@@ -185,6 +185,7 @@ def test_ddp_worker_under_srun_variables():
     for t in (0, 1):
         assert any(ln.startswith(f"rank {t} of 2: local_rank 0, node {t},") for ln in result.lines(t))
         assert "weights identical on all ranks: True" in result.lines(t)[-1]
+        assert result.report(t)["same_weights"] is True, result.report(t)
 
 
 @pytest.mark.slow
@@ -195,6 +196,8 @@ def test_horovodrun_two_hosts_on_one_machine():
     for r in (0, 1):
         assert any(f"cross_rank {r} of 2" in ln for ln in result.lines(r))
         assert f"rank {r}: weights identical on all ranks: True" in result.lines(r)
+        got = result.report(r)  # what hvd_worker.py reported
+        assert got["cross_rank"] == r and got["same_weights"] is True, got
 
 
 # --- the batch scripts --------------------------------------------------------------------------------

@@ -59,3 +59,8 @@ def test_n_ranks_equal_full_batch_norm(sizes):
     res = helpers.launch(WORKER, n, args=["--sizes", sizes], timeout=120, echo=False)
     for r in range(n):
         assert any(line.endswith("all equal") for line in res.lines(r)), res.lines(r)
+        got = res.report(r)  # check_main reports the verdict and every max |difference|
+        assert got["equal"] is True, got
+        assert set(got) == {"equal", "output", "grad_input", "grad_weight", "grad_bias",
+                            "running_mean", "running_var"}, got
+        assert all(v < 1e-4 for k, v in got.items() if k != "equal"), got
