@@ -1,6 +1,6 @@
 """Soak: every kind of distributed launch the course makes, again and again, on a loaded machine.
 
-    python benchmarks/soak.py [--rounds 22] [--parallel 2] [--burst 20] [--hog N] [--only a,b]
+    python benchmarks/soak.py [--rounds 12] [--parallel 3] [--burst 20] [--hog N] [--only a,b]
                               [--legacy-exit] [--json build/soak/soak.json]
 
 `make soak` runs this. A classroom node is one shared machine where many students launch jobs at
@@ -8,7 +8,8 @@ once: a launch that fails there at random costs a correct student their points. 
 CPU hog on every core (busy-looping processes, stopped at the end), then makes every kind of
 launch of the chapters and labs — the real worker files, extracted from the notebooks'
 `%%writefile` cells (labs: from their solutions) or taken from helpers/examples — ROUNDS times
-each, PARALLEL at a time, in shuffled order, and finally a burst of BURST concurrent launches.
+each (the short ones 3 x ROUNDS), PARALLEL at a time, in shuffled order, and finally a burst of
+BURST concurrent launches. The defaults make 308 launches.
 
 It prints one line per kind (launches, failures by kind of failure, median and p95 wall time)
 and ends with `soak: N launches, F failed`; the exit status is 1 if any launch failed.
@@ -57,6 +58,7 @@ class Kind:
     run: Callable[[Path], LaunchResult]  # given a fresh folder, make one launch
     check: Callable[[LaunchResult], None] = lambda res: None
     legacy: bool = False  # its worker files can be rewritten by --legacy-exit
+    weight: int = 1  # launches per round: the short launches run more often
 
 
 def writefiles(notebook: Path) -> dict[str, str]:
@@ -133,20 +135,20 @@ def kinds(ws: Workspace) -> list[Kind]:
                               timeout=TIMEOUT, echo=False, cwd=d)
 
     return [
-        Kind("ch0 all-reduce hello (torchrun 2)", torchrun("runs/00/allreduce_hello.py", 2), legacy=True),
+        Kind("ch0 all-reduce hello (torchrun 2)", torchrun("runs/00/allreduce_hello.py", 2), legacy=True, weight=3),
         Kind("ch5 ring check (torchrun 3)", torchrun("tests/workers/ring_worker.py", 3),
-             reported("checked", ranks=(0, 1, 2)), legacy=True),
+             reported("checked", ranks=(0, 1, 2)), legacy=True, weight=3),
         Kind("ch5 ring vs gloo vs PS (torchrun 2)",
              lambda d: helpers.launch(ROOT / "benchmarks/ring_allreduce.py", 2, timeout=TIMEOUT, echo=False,
                                       args=["--worker", "--sizes", "65536", "262144", "--repeat", "1"], cwd=d),
-             reported("rows")),
+             reported("rows"), weight=3),
         Kind("lab5 ring check (torchrun 3)", torchrun("runs/05/ring_check.py", 3, "60", "1,4,1000,65537"),
-             legacy=True),
+             legacy=True, weight=3),
         Kind("ch7 syncbn check (torchrun 3)", torchrun("tests/workers/syncbn_check.py", 3, "--sizes", "3,5,2"),
-             equal("equal", True, (0, 1, 2))),
+             equal("equal", True, (0, 1, 2)), weight=3),
         Kind("ch7 DDP training (torchrun 2)", torchrun("runs/07/train_digits.py", 2, "--epochs", "1"),
              legacy=True),
-        Kind("lab7 DDP weights check (torchrun 2)", lab7_weights, legacy=True),
+        Kind("lab7 DDP weights check (torchrun 2)", lab7_weights, legacy=True, weight=3),
         Kind("lab7 training (torchrun 2)", torchrun("runs/07/train.py", 2, "1", "32"), legacy=True),
         Kind("horovod torch (horovodrun 2)",
              lambda d: helpers.launch(ws / "tests/workers/hvd_torch.py", 2, launcher="horovodrun",
@@ -232,8 +234,9 @@ def summary(outcomes: list[Outcome]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=22, help="launches of each kind")
-    p.add_argument("--parallel", type=int, default=2, help="launches running at the same time")
+    p.add_argument("--rounds", type=int, default=12,
+                   help="rounds; each kind is launched rounds x its weight times (short kinds: 3)")
+    p.add_argument("--parallel", type=int, default=3, help="launches running at the same time")
     p.add_argument("--burst", type=int, default=20, help="concurrent launches at the end (0: none)")
     p.add_argument("--hog", type=int, default=helpers.cpu_cores(), help="busy processes (default: one per core)")
     p.add_argument("--only", default="", help="comma-separated substrings of kind names")
@@ -248,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen:
         print(f"soak: no kind matches --only {a.only!r}", file=sys.stderr)
         return 2
-    plan = [k for k in chosen for _ in range(a.rounds)]
+    plan = [k for k in chosen for _ in range(a.rounds * k.weight)]
     random.Random(0).shuffle(plan)
     hog = start_hog(a.hog)
     outcomes: list[Outcome] = []
