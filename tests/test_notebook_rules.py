@@ -116,6 +116,14 @@ def test_grade_ids_are_unique_and_slow_cells_exist():
     assert not missing, f"nbgrader_config.py SLOW_CELLS names unknown grade ids: {missing}"
 
 
+def test_every_lab_has_a_grading_test():
+    """make test runs the chapters under nbval; each lab runs whole in its grading test instead."""
+    graded = {m.group(1) for p in (ROOT / "tests").glob("test_grading*.py")
+              if (m := re.search(r'^LAB = "([^"]+)"', p.read_text(), re.M))}
+    labs = {rel.split("/")[1] for rel in NOTEBOOKS if rel.startswith("solutions/")}
+    assert labs <= graded, f"labs without a grading test: {sorted(labs - graded)}"
+
+
 def test_labs_are_generated_from_solutions():
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "labs.py"), "check"],
                           capture_output=True, text=True, timeout=300)

@@ -1,9 +1,13 @@
-"""Prepare the course and solution notebooks for the notebook tests.
+"""Prepare the chapter notebooks for the notebook tests.
 
-For each notebook listed in tests/notebooks.yml, papermill (--prepare-only) injects the CI
-parameters after the cell tagged `parameters` and writes a copy under build/nbtest/, keeping the
+For each notebook of course/ listed in tests/notebooks.yml, papermill (--prepare-only) injects the
+CI parameters after the cell tagged `parameters` and writes a copy under build/nbtest/, keeping the
 recorded outputs; `pytest --nbval-lax build/nbtest` then executes the copies and compares the
 outputs of the cells marked `# NBVAL_CHECK_OUTPUT` with the recorded ones.
+
+The labs' solution notebooks are not run here: each lab's grading test (tests/test_grading_*.py)
+grades a correct submission, which executes every cell of the lab (hidden tests included) with
+the parameters the grader uses. Running them here as well ran every lab twice.
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ def prepare(out: Path = OUT) -> list[Path]:
     shutil.rmtree(out, ignore_errors=True)
     written = []
     for rel, settings in listed().items():
+        if not rel.startswith("course/"):
+            continue  # labs: executed whole by their grading tests
         dst = out / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         pm.execute_notebook(str(ROOT / rel), str(dst), parameters=settings.get("ci", {}),
