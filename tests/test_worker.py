@@ -86,6 +86,13 @@ def test_where_now_sees_the_main_thread_busy():
     assert not waiting and "test_worker.py" in where and 'while "done" not in seen' in where
 
 
+def test_start_refuses_a_torch_group_under_horovodrun():
+    from helpers.worker import start
+
+    with pytest.raises(ValueError, match=r"launched by horovodrun: .* call start\(backend=None\)"):
+        start(environ={"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"})
+
+
 def _run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 

@@ -135,6 +135,9 @@ def start(backend: str | None = "auto", *, timeout: float = 300.0,
     global _me
     env = os.environ if environ is None else environ
     me = place(env)
+    if backend is not None and me.source in ("horovod", "tf"):
+        raise ValueError(f"launched by {'horovodrun' if me.source == 'horovod' else 'TF_CONFIG'}: that "
+                         "framework makes its own communication; call start(backend=None)")
     launched = me.distributed or "DPC_LAUNCH_ID" in env
     if launched:
         # If the launcher stops this rank (a peer failed, a timeout), print where it was: the
