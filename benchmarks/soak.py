@@ -191,6 +191,7 @@ class Outcome:
     seconds: float
     failure: str | None = None
     message: str = ""
+    notes: int = 0  # launches that succeeded with a teardown note (a rank ended badly after DONE)
 
 
 def attempt(kind: Kind, scratch: Path) -> Outcome:
@@ -198,8 +199,9 @@ def attempt(kind: Kind, scratch: Path) -> Outcome:
     d = Path(tempfile.mkdtemp(dir=scratch))
     start = time.monotonic()
     try:
-        kind.check(kind.run(d))
-        return Outcome(kind.name, time.monotonic() - start)
+        res = kind.run(d)
+        kind.check(res)
+        return Outcome(kind.name, time.monotonic() - start, notes=len(res.notes))
     except Exception as err:  # noqa: BLE001  (every failure is counted, none stops the soak)
         return Outcome(kind.name, time.monotonic() - start, classify(err), str(err)[-2000:])
 
@@ -221,12 +223,13 @@ def summary(outcomes: list[Outcome]) -> list[str]:
     for o in outcomes:
         by.setdefault(o.kind, []).append(o)
     width = max(len(k) for k in by)
-    lines = [f"{'kind':<{width}}  launches  failed  median s  p95 s  failures by kind"]
+    lines = [f"{'kind':<{width}}  launches  failed  median s  p95 s  teardown notes  failures by kind"]
     for name, got in by.items():
         times = [o.seconds for o in got]
         fails = Counter(o.failure for o in got if o.failure)
         lines.append(f"{name:<{width}}  {len(got):>8}  {sum(fails.values()):>6}  {statistics.median(times):>8.1f}  "
-                     f"{p95(times):>5.1f}  {', '.join(f'{k}: {v}' for k, v in fails.items()) or '-'}")
+                     f"{p95(times):>5.1f}  {sum(o.notes for o in got):>14}  "
+                     f"{', '.join(f'{k}: {v}' for k, v in fails.items()) or '-'}")
     failed = sum(1 for o in outcomes if o.failure)
     lines.append(f"soak: {len(outcomes)} launches, {failed} failed")
     return lines
@@ -261,16 +264,18 @@ def main(argv: list[str] | None = None) -> int:
           f"of {a.burst}; CPU hog: {a.hog} busy process(es) on {helpers.cpu_cores()} core(s)"
           + ("; LEGACY exit path" if a.legacy_exit else ""), flush=True)
 
+    total = len(plan) + a.burst
+
     def one(kind: Kind) -> None:
         o = attempt(kind, scratch)
         with lock:
             outcomes.append(o)
             done = len(outcomes)
             if o.failure:
-                print(f"[{done}/{len(plan)}] FAILED {o.kind} ({o.failure}) after {o.seconds:.0f} s:\n"
+                print(f"[{done}/{total}] FAILED {o.kind} ({o.failure}) after {o.seconds:.0f} s:\n"
                       + "\n".join("    " + ln for ln in o.message.splitlines()[-12:]), flush=True)
             elif done % 10 == 0:
-                print(f"[{done}/{len(plan)}] {time.monotonic() - start:.0f} s", flush=True)
+                print(f"[{done}/{total}] {time.monotonic() - start:.0f} s", flush=True)
 
     try:
         with ThreadPoolExecutor(a.parallel) as pool:
