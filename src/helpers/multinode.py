@@ -19,14 +19,11 @@ from collections.abc import Mapping, Sequence
 
 import psutil
 
-from .launch import (LaunchResult, console_script, free_port, run_processes, worker_script)
+from .launch import LaunchResult, console_script, free_port, run_processes, worker_script
 
 # torchrun prefixes worker lines with the *local* rank by default: two nodes would both print
 # [rank0]. This template (read by torchrun) makes the prefix the global rank.
 PREFIX_TEMPLATE = "[rank${rank}]:"
-
-
-MultiResult = LaunchResult  # .commands records the exact command line of every launcher process
 
 
 def torchrun_node_argv(script: str, nnodes: int, nproc_per_node: int, endpoint: str,
@@ -41,7 +38,7 @@ def torchrun_node_argv(script: str, nnodes: int, nproc_per_node: int, endpoint: 
 def launch_nodes(script: str | os.PathLike[str], nnodes: int = 2, nproc_per_node: int = 1, *,
                  args: Sequence[str] = (), timeout: float = 120.0,
                  env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
-                 echo: bool = True) -> MultiResult:
+                 echo: bool = True) -> LaunchResult:
     """Run script as a job of nnodes torchrun agents (one process each = one "node") on this machine."""
     _check_counts(nnodes=nnodes, nproc_per_node=nproc_per_node)
     script = worker_script(script)
@@ -88,7 +85,7 @@ def remote_hosts(hosts: str) -> list[str]:
 def horovodrun_hosts(script: str | os.PathLike[str], hosts: str, np: int | None = None, *,
                      args: Sequence[str] = (), timeout: float = 180.0,
                      env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
-                     echo: bool = True) -> MultiResult:
+                     echo: bool = True) -> LaunchResult:
     """Run `horovodrun -np N -H hosts --gloo python script`; refuse hosts that would need ssh."""
     slots = sum(s for _, s in parse_hosts(hosts))
     np = slots if np is None else np
@@ -109,7 +106,7 @@ def horovodrun_hosts(script: str | os.PathLike[str], hosts: str, np: int | None 
 def slurm_tasks(script: str | os.PathLike[str], ntasks: int = 2, *, ntasks_per_node: int = 1,
                 args: Sequence[str] = (), timeout: float = 120.0,
                 env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
-                echo: bool = True) -> MultiResult:
+                echo: bool = True) -> LaunchResult:
     """Start ntasks processes with the SLURM_* variables srun gives its tasks (no SLURM needed)."""
     _check_counts(ntasks=ntasks, ntasks_per_node=ntasks_per_node)
     script = worker_script(script)
