@@ -3,10 +3,11 @@
 `launch_nodes` starts one torchrun agent per node (the same command a cluster runs on every
 node) that meet at a c10d rendezvous; `horovodrun_hosts` runs horovodrun with a host list;
 `slurm_tasks` starts plain processes carrying the SLURM_* variables srun would set, to test a
-worker's SLURM → launcher mapping without SLURM. The mapping itself (`torch_env_from_slurm`,
-`tf_config_from_slurm`) is what the workers of examples/scaling/ call on a cluster.
-Every launch reuses helpers.launch's machinery: a free port, a timeout, per-rank `[rank N]`
-output, one LaunchError naming the failing rank, and no process left behind.
+worker's SLURM → launcher mapping without SLURM. `tf_config_from_slurm` is what
+examples/scaling/tf_worker.py calls under srun; `torch_env_from_slurm` spells out the torch mapping
+that helpers.worker.start applies. Every launch goes through helpers.launch.run_processes: a free
+port, a timeout, per-rank `[rank N]` output, the worker protocol's results, one LaunchError naming
+the rank that stopped taking part, and no process left behind.
 """
 from __future__ import annotations
 
