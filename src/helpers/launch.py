@@ -388,7 +388,7 @@ class _Stream:
         codes = self.exit_codes(procs)
         # Failed by itself: an error exit or a traceback (SIGTERM is the launcher stopping it).
         failing = {r for r, c in codes.items() if c not in (0, -signal.SIGTERM, 143)}
-        failing |= {r for r, lines in self.outputs.items() if any(ln.startswith("Traceback") for ln in lines)}
+        failing |= self._tracebacks()
         failing -= set(self.done)
         if not failing:
             failing = set(self.failed_ranks(procs))
@@ -413,18 +413,16 @@ class _Stream:
                           culprits, victims)
 
     def failed_ranks(self, procs: list[tuple[int | None, subprocess.Popen[bytes]]]) -> list[int]:
-        """Ranks that failed: from exit codes, the launcher's summary, or a printed traceback."""
-        ranks = {r for r, p in procs if r is not None and p.returncode not in (None, 0)}
-        text = "\n".join(self.launcher_lines)
-        if self.launcher == "torchrun":
-            ranks |= _torchrun_culprits(text)
-        elif self.launcher == "horovodrun":
-            ranks |= {int(r) for r, code in
-                      re.findall(r"Process (\d+) exit with status code (-?\d+)", text) if code != "0"}
-        if not ranks:
-            ranks = {r for r, lines in self.outputs.items()
-                     if any(ln.startswith("Traceback") for ln in lines)}
-        return sorted(ranks) or list(range(self.nprocs))
+        """Ranks that failed: from exit codes (torchrun: its root cause), or a printed traceback."""
+        if self.launcher == "torchrun":  # the first to fail, not the peers it stopped afterwards
+            ranks = _torchrun_culprits("\n".join(self.launcher_lines))
+        else:
+            ranks = {r for r, c in self.exit_codes(procs).items() if c != 0}
+        return sorted(ranks or self._tracebacks()) or list(range(self.nprocs))
+
+    def _tracebacks(self) -> set[int]:
+        """Ranks that printed a Python traceback."""
+        return {r for r, lines in self.outputs.items() if any(ln.startswith("Traceback") for ln in lines)}
 
     def error(self, what: str, ranks: list[int], victims: Sequence[int] = ()) -> LaunchError:
         tails = {r: list(self.tails[r]) for r in ranks}
