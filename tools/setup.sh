@@ -13,6 +13,8 @@ STAMP=$VENV/.dpc-setup
 LOG=build/setup.log
 mkdir -p build
 
+bash tools/system.sh  # bubblewrap, slurm-wlm, munge (only what is missing; see the script)
+
 command -v "$PYTHON" >/dev/null || { echo "setup: $PYTHON not found: install Python 3.11 (3.10-3.12 work)" >&2; exit 1; }
 "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 10) else 1)' \
   || { echo "setup: $("$PYTHON" --version) is too old: the pinned TensorFlow needs Python >= 3.10" >&2; exit 1; }

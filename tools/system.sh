@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# System packages the course uses beyond Python, installed from Debian's archive when missing:
+#   bubblewrap        the sandbox every graded notebook runs in (tools/sandbox.py)
+#   slurm-wlm, munge  a two-node SLURM cluster on this machine (tools/cluster.py, `make cluster-test`)
+# Run by tools/setup.sh (so by every make target). It installs only as root on a machine with apt
+# (a CI runner, a container, a course's grading box). Elsewhere it installs nothing and prints one
+# line naming what is missing: `make grade` then refuses (or runs unsandboxed with
+# DPC_SANDBOX=off), and the SLURM tests skip with that reason.
+# DPC_SYSTEM=0 skips this step.
+set -euo pipefail
+[ "${DPC_SYSTEM:-1}" = 0 ] && exit 0
+declare -A WANT=([bwrap]=bubblewrap [slurmctld]=slurm-wlm [munged]=munge)
+missing=()
+for cmd in "${!WANT[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("${WANT[$cmd]}")
+done
+[ ${#missing[@]} = 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing system packages: ${missing[*]} (apt, about a minute)"
+  mkdir -p build
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >build/apt.log 2>&1; then
+    tail -n 20 build/apt.log >&2
+    echo "setup: could not install ${missing[*]} (see build/apt.log); grading needs bubblewrap" >&2
+  fi
+else
+  echo "setup: not installed: ${missing[*]} (as root: apt-get install ${missing[*]}); grading needs bubblewrap, \`make cluster-test\` needs slurm-wlm and munge"
+fi
