@@ -4,6 +4,8 @@ autograded by tools/grade.py with real torchrun launches.
 A correct submission gets full marks; a submission with the four typical DDP mistakes — no
 set_epoch, per-rank variances averaged instead of sums combined, the loss summed over ranks
 instead of averaged, every rank saving — loses exactly the points of the test each one breaks.
+It also edits the locked parameters cell (to a line that would fail every later cell): grading
+restores locked cells from the source, so that edit costs nothing.
 """
 from __future__ import annotations
 
@@ -98,6 +100,8 @@ CORRECT = {"ddp-setup": SETUP, "ddp-data": DATA, "ddp-train": TRAIN, "ddp-syncbn
            "ddp-save": SAVE}
 # The typical mistakes, each breaking a different test cell.
 WRONG = {
+    # the locked parameters cell edited: restored from the source when graded
+    "ddp-parameters": "raise RuntimeError('a student edited the locked parameters cell')\n",
     **CORRECT,
     # no set_epoch (same shuffle every epoch), and the loss summed over ranks, not averaged
     "ddp-train": TRAIN.replace("    sampler.set_epoch(epoch)\n", "").replace(

@@ -5,6 +5,8 @@ Mistakes, one per test cell so that one "wrong" submission shows all three:
   * the per-replica batch used as the global batch        -> ms-test-global-batch (2 points)
   * the learning rate not scaled with the number of replicas -> ms-test-lr (1 point)
   * each replica's loss averaged over its own slice (tensorflow#45923) -> ms-test-step (3 points)
+It also edits the locked parameters cell (to a line that would fail every later cell): grading
+restores locked cells from the source, so that edit costs nothing.
 """
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ CORRECT = {
         loss="tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)"),
 }
 WRONG = {
+    # the locked parameters cell edited: restored from the source when graded
+    "ms-parameters": "raise RuntimeError('a student edited the locked parameters cell')\n",
     "ms-batch-lr": BATCH_LR.format(batch="per_replica", lr="base_lr"),
     "ms-build": BUILD,
     "ms-train-step": STEP.format(loss="tf.reduce_mean(per_example)"),

@@ -2,7 +2,7 @@
 autograded by tools/grade.py; a correct submission gets full marks and the typical mistakes lose
 exactly the points of the tests they break.
 
-Three submissions keep it cheap (each grading run starts TensorFlow with 4 logical devices):
+Four submissions keep it cheap (each grading run starts TensorFlow with 4 logical devices):
   correct  - the solution;
   summing  - sums the tower gradients instead of averaging them, and gives every tower the whole
              batch (forgot to split): loses the plain-average test, the equality test (N times
@@ -10,7 +10,11 @@ Three submissions keep it cheap (each grading run starts TensorFlow with 4 logic
              every tower the weighted average and the loss happen to stay right;
   unweighted - averages gradients and losses without the shares when the slices are uneven, and
              keeps a gradient buffer per tower as new tf.Variables: loses the uneven-split test,
-             the loss test and the shared-variables test.
+             the loss test and the shared-variables test;
+  own variables - every tower works on its own copy of the model (clone_model + set_weights) and
+             its gradients are applied to the model's variables: the numbers and the slices are
+             right, so it loses the shared-variables test and nothing else (the test that watches
+             the slices records inside the model, so it sees the copies' forward passes too).
 """
 from __future__ import annotations
 
@@ -94,6 +98,29 @@ UNWEIGHTED = {
 }
 
 
+OWN_VARIABLES = {
+    "tw-average-gradients": AVERAGE,
+    # Right slices, devices, weights and loss, but every tower builds its own copy of the weights.
+    "tw-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None):
+    n = len(devices)
+    sizes = sizes or [x.shape[0] // n] * n
+    shares = [s / sum(sizes) for s in sizes]
+    xs, ys = tf.split(x, sizes), tf.split(y, sizes)
+    tower_grads, losses = [], []
+    for i, d in enumerate(devices):
+        with tf.device(d):
+            replica = keras.models.clone_model(model)
+            replica.set_weights(model.get_weights())
+            with tf.GradientTape() as tape:
+                loss = loss_fn(ys[i], replica(xs[i], training=True))
+            grads = tape.gradient(loss, replica.trainable_variables)
+        tower_grads.append(list(zip(grads, model.trainable_variables)))
+        losses.append(loss)
+    optimizer.apply_gradients(average_gradients(tower_grads, shares))
+    return sum(s * l for s, l in zip(shares, losses))''',
+}
+
+
 def submission(answers: dict[str, str]) -> dict:
     """The student copy with the answer cells filled in."""
     return fill(RELEASE, answers)
@@ -103,8 +130,9 @@ def submission(answers: dict[str, str]) -> dict:
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {s: {name: submission(a)} for s, a in [
-        ("correct", CORRECT), ("summing", SUMMING), ("unweighted", UNWEIGHTED)]}
-    # Generous limits: three TensorFlow start-ups on a shared 2-core box.
+        ("correct", CORRECT), ("summing", SUMMING), ("unweighted", UNWEIGHTED),
+        ("own-variables", OWN_VARIABLES)]}
+    # Generous limits: four TensorFlow start-ups on a shared 2-core box.
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=60,
                      notebook_timeout=400)
 
@@ -127,3 +155,10 @@ def test_unweighted_uneven_average_and_new_variables_lose_their_tests(graded):
     assert row["status"] == "graded"
     assert lost(row) == {"test-tw-uneven", "test-tw-loss", "test-tw-shared"}
     assert row["score"] == "8"
+
+
+def test_own_variables_per_tower_lose_only_the_shared_test(graded):
+    row = graded["own-variables"]
+    assert row["status"] == "graded"
+    assert lost(row) == {"test-tw-shared"}, row
+    assert row["score"] == "11"
