@@ -19,6 +19,7 @@ from helpers import LaunchError, free_port
 from helpers.multinode import (horovodrun_hosts, launch_nodes, parse_hosts, remote_hosts,
                                slurm_tasks, tf_config_from_slurm, torch_env_from_slurm,
                                torchrun_node_argv)
+from helpers.worker import place, slurm_place, slurm_tasks_per_node
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_launch import RANKS, assert_no_orphans  # noqa: E402
@@ -75,17 +76,60 @@ def test_horovodrun_hosts_refuses_what_would_need_ssh(tmp_path):
 
 # --- SLURM -> launcher variables ------------------------------------------------------------------
 
-SLURM_ENV = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
-             "SLURM_NTASKS_PER_NODE": "4(x2)", "MASTER_ADDR": "gpu01", "MASTER_PORT": "29500"}
+# What a REAL `srun -N2 -n4 --label env` printed (SLURM 22.05.8, the two-node cluster of
+# tools/cluster.py; SLURM_CONF, ports and pids shortened). No --ntasks-per-node: SLURM puts 3 tasks
+# on node1 and 1 on node2, says so in SLURM_STEP_TASKS_PER_NODE=3,1, and sets no
+# SLURM_NTASKS_PER_NODE. tests/test_cluster.py checks the same mapping live on the cluster.
+SRUN_N2_N4_COMMON = {
+    "SLURM_CLUSTER_NAME": "dpc", "SLURM_CONF": "/tmp/dpc-slurm-p2v6zxu4/etc/slurm.conf",
+    "SLURM_JOBID": "1", "SLURM_JOB_ID": "1", "SLURM_JOB_NAME": "env", "SLURM_JOB_CPUS_PER_NODE": "3,1",
+    "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_PARTITION": "debug",
+    "SLURM_JOB_UID": "0", "SLURM_JOB_GID": "0", "SLURM_JOB_USER": "root", "SLURM_LABELIO": "1",
+    "SLURM_LAUNCH_NODE_IPADDR": "127.0.0.1", "SLURM_NNODES": "2", "SLURM_NODELIST": "node[1-2]",
+    "SLURM_NPROCS": "4", "SLURM_NTASKS": "4", "SLURM_PRIO_PROCESS": "0",
+    "SLURM_SRUN_COMM_HOST": "127.0.0.1", "SLURM_SRUN_COMM_PORT": "43655", "SLURM_STEPID": "0",
+    "SLURM_STEP_ID": "0", "SLURM_STEP_LAUNCHER_PORT": "43655", "SLURM_STEP_NODELIST": "node[1-2]",
+    "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "3,1",
+    "SLURM_SUBMIT_DIR": "/work/main", "SLURM_SUBMIT_HOST": "vm", "SLURM_TASKS_PER_NODE": "3,1",
+    "SLURM_TOPOLOGY_ADDR_PATTERN": "node", "SLURM_UMASK": "0022",
+    "SLURM_WORKING_CLUSTER": "dpc:localhost:50437:9728:109"}
+SRUN_N2_N4 = [{**SRUN_N2_N4_COMMON, "SLURMD_NODENAME": node, "SLURM_TOPOLOGY_ADDR": node,
+               "SLURM_PROCID": str(task), "SLURM_LOCALID": local, "SLURM_NODEID": nodeid,
+               "SLURM_CPUS_ON_NODE": cpus, "SLURM_GTIDS": gtids, "SLURM_TASK_PID": str(16775 + task)}
+              for task, (node, local, nodeid, cpus, gtids) in enumerate([
+                  ("node1", "0", "0", "3", "0,1,2"), ("node1", "1", "0", "3", "0,1,2"),
+                  ("node1", "2", "0", "3", "0,1,2"), ("node2", "0", "1", "1", "3")])]
+MASTER = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 
 
-def test_torch_env_from_slurm():
-    assert torch_env_from_slurm(SLURM_ENV) == {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1",
-                                               "LOCAL_WORLD_SIZE": "4"}
+def test_torch_env_and_place_read_a_real_srun_alike():
+    """One mapping: torch_env_from_slurm and helpers.worker.place agree on every task of a real srun."""
+    want = [("0", "0", "3"), ("1", "1", "3"), ("2", "2", "3"), ("3", "0", "1")]  # rank, local, on node
+    for env, (rank, local, local_world) in zip(SRUN_N2_N4, want):
+        torch_env = torch_env_from_slurm({**env, **MASTER})
+        assert torch_env == {"RANK": rank, "WORLD_SIZE": "4", "LOCAL_RANK": local,
+                             "LOCAL_WORLD_SIZE": local_world}
+        me = place(env)
+        assert (me.source, str(me.rank), str(me.world_size), str(me.local_rank),
+                str(me.local_world_size)) == ("slurm", rank, "4", local, local_world)
+
+
+def test_slurm_place_layouts_and_errors():
+    assert slurm_tasks_per_node("3,1") == [3, 1]
+    assert slurm_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    with pytest.raises(ValueError, match="cannot read SLURM task counts"):
+        slurm_tasks_per_node("2(x)")
+    # --ntasks-per-node=4 on 2 nodes: what srun sets then (SLURM_NTASKS_PER_NODE as well)
+    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+           "SLURM_NTASKS_PER_NODE": "4", "SLURM_STEP_TASKS_PER_NODE": "4(x2)", **MASTER}
+    assert torch_env_from_slurm(env) == {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1",
+                                         "LOCAL_WORLD_SIZE": "4"}
+    # a hand-made environment without any layout: tasks spread evenly over SLURM_NNODES
+    assert slurm_place({"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_NNODES": "2"}).local_world_size == 2
     with pytest.raises(KeyError, match="MASTER_ADDR"):
-        torch_env_from_slurm({k: v for k, v in SLURM_ENV.items() if k != "MASTER_ADDR"})
-    with pytest.raises(ValueError, match="not in 0..7"):
-        torch_env_from_slurm({**SLURM_ENV, "SLURM_PROCID": "8"})
+        torch_env_from_slurm(SRUN_N2_N4[0])
+    with pytest.raises(ValueError, match="not in 0..3"):
+        torch_env_from_slurm({**SRUN_N2_N4[0], **MASTER, "SLURM_PROCID": "4"})
 
 
 def test_tf_config_from_slurm():
@@ -221,9 +265,21 @@ def test_batch_script_is_valid_bash_and_runs_files_that_exist(script):
     assert os.access(ROOT / ran[0], os.R_OK)
 
 
+@pytest.mark.parametrize("script", SLURM, ids=lambda p: p.name)
+def test_batch_script_defaults_to_gpus_and_documents_the_cpu_override(script):
+    """GPU shape in #SBATCH lines; its header shows the sbatch line that runs it on CPU nodes."""
+    text = script.read_text()
+    assert re.search(r"^#SBATCH --gpus-per-node=[1-9]", text, re.M), "GPU nodes are the default"
+    header = "\n".join(ln for ln in text.splitlines() if ln.startswith("# "))
+    assert re.search(rf"sbatch --gpus-per-node=0 .*slurm/{script.name}", header), \
+        f"{script.name}: document the CPU override (sbatch --gpus-per-node=0 ... slurm/{script.name})"
+    assert "SLURM_SUBMIT_DIR" not in text  # runs where sbatch put it (--chdir works), with .venv
+
+
 def test_solutions_batch_script_runs_make_solutions_on_one_node():
     script = ROOT / "slurm" / "solutions.sbatch"
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()
-    assert "#SBATCH --nodes=1" in text and "#SBATCH --gres=gpu:" in text
-    assert [ln for ln in text.splitlines() if ln.startswith("make ")] == ["make setup", "make solutions"]
+    assert "#SBATCH --nodes=1" in text and "#SBATCH --gpus-per-node=" in text
+    assert [ln for ln in text.splitlines() if ln.startswith("make ")] == [
+        "make setup", 'make solutions SOLUTIONS_ARGS="${SOLUTIONS_ARGS:-}"']

@@ -4,6 +4,7 @@ Prints where Horovod placed this rank (host, local rank, cross rank = which "nod
 small MLP on the digits for a few steps with the six Horovod steps, and checks that every rank
 ends with the same weights. Run it with `horovodrun -np 4 -H hostA:2,hostB:2 --gloo python ...`.
 """
+import hashlib
 import os
 import socket
 
@@ -49,5 +50,7 @@ same = bool((gathered == gathered[0]).all())
 if hvd.rank() == 0:                                          # 6. only rank 0 logs / saves
     print(f"after 20 steps: loss averaged over ranks {mean_loss:.3f}")
 print(f"rank {hvd.rank()}: weights identical on all ranks: {same}")
-report(same_weights=same, loss=mean_loss, cross_rank=hvd.cross_rank())
+checksum = hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]  # equal iff the weights are
+report(same_weights=same, loss=mean_loss, cross_rank=hvd.cross_rank(), checksum=checksum,
+       world_size=hvd.size(), node_name=os.environ.get("SLURMD_NODENAME", socket.gethostname()))
 finish()  # a Horovod barrier, then the process ends

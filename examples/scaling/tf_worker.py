@@ -7,6 +7,7 @@ every worker must print the same one.
 """
 import json
 import os
+import socket
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Keras 3's model.fit does not support MultiWorkerMirroredStrategy (keras-team/keras#20585):
@@ -49,5 +50,6 @@ with strategy.scope():  # variables created here are mirrored on every worker
 history = model.fit(ds, epochs=2, verbose=0)
 checksum = float(sum(np.abs(w).sum() for w in model.get_weights()))
 print(f"worker {task['index']}: loss {history.history['loss'][-1]:.3f}, weights checksum {checksum:.6f}")
-report(loss=history.history["loss"][-1], checksum=checksum)
+report(loss=history.history["loss"][-1], checksum=checksum, world_size=workers,
+       node_name=os.environ.get("SLURMD_NODENAME", socket.gethostname()))
 finish(barrier=False)  # fit ended with a collective on every worker; nothing left to wait for

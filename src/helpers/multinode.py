@@ -5,9 +5,11 @@ node) that meet at a c10d rendezvous; `horovodrun_hosts` runs horovodrun with a 
 `slurm_tasks` starts plain processes carrying the SLURM_* variables srun would set, to test a
 worker's SLURM → launcher mapping without SLURM. `tf_config_from_slurm` is what
 examples/scaling/tf_worker.py calls under srun; `torch_env_from_slurm` spells out the torch mapping
-that helpers.worker.start applies. Every launch goes through helpers.launch.run_processes: a free
-port, a timeout, per-rank `[rank N]` output, the worker protocol's results, one LaunchError naming
-the rank that stopped taking part, and no process left behind.
+that helpers.worker.start applies, and both take it from helpers.worker.slurm_place, the one SLURM
+mapping (unit-tested against the variables a real srun set: tests/test_multinode.py). Every launch
+goes through helpers.launch.run_processes: a free port, a timeout, per-rank `[rank N]` output, the
+worker protocol's results, one LaunchError naming the rank that stopped taking part, and no process
+left behind.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from collections.abc import Mapping, Sequence
 import psutil
 
 from .launch import LaunchResult, console_script, free_port, run_processes, worker_script
+from .worker import slurm_place
 
 # torchrun prefixes worker lines with the *local* rank by default: two nodes would both print
 # [rank0]. This template (read by torchrun) makes the prefix the global rank.
@@ -113,12 +116,14 @@ def slurm_tasks(script: str | os.PathLike[str], ntasks: int = 2, *, ntasks_per_n
     script = worker_script(script)
     nnodes = -(-ntasks // ntasks_per_node)
     host = socket.gethostname()
+    layout = ",".join(str(min(ntasks_per_node, ntasks - n * ntasks_per_node)) for n in range(nnodes))
     procs = []
     for task in range(ntasks):
         slurm = {"SLURM_PROCID": str(task), "SLURM_NTASKS": str(ntasks),
                  "SLURM_LOCALID": str(task % ntasks_per_node),
                  "SLURM_NODEID": str(task // ntasks_per_node), "SLURM_NNODES": str(nnodes),
-                 "SLURM_NTASKS_PER_NODE": str(ntasks_per_node), "SLURM_JOB_NODELIST": host,
+                 "SLURM_NTASKS_PER_NODE": str(ntasks_per_node), "SLURM_STEP_TASKS_PER_NODE": layout,
+                 "SLURM_TASKS_PER_NODE": layout, "SLURM_JOB_NODELIST": host,
                  "SLURM_JOB_ID": "0"}
         procs.append((task, [sys.executable, script, *args], slurm))
     return run_processes(procs, "tf", ntasks, timeout=timeout, env=env, cwd=cwd, echo=echo,
@@ -132,12 +137,9 @@ def torch_env_from_slurm(environ: Mapping[str, str]) -> dict[str, str]:
     if missing:
         raise KeyError(f"missing {missing}: srun sets the SLURM_* ones, the batch script must "
                        "export MASTER_ADDR (first host of the job) and MASTER_PORT")
-    rank, world = int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"])
-    if not 0 <= rank < world:
-        raise ValueError(f"SLURM_PROCID={rank} is not in 0..{world - 1}")
-    per_node = environ.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]  # e.g. '4(x2)'
-    return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": environ["SLURM_LOCALID"],
-            "LOCAL_WORLD_SIZE": per_node if per_node.isdigit() else "1"}
+    me = slurm_place(environ)  # the same mapping helpers.worker.start() applies under srun
+    return {"RANK": str(me.rank), "WORLD_SIZE": str(me.world_size), "LOCAL_RANK": str(me.local_rank),
+            "LOCAL_WORLD_SIZE": str(me.local_world_size)}
 
 
 def tf_config_from_slurm(environ: Mapping[str, str]) -> str:

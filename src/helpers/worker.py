@@ -38,7 +38,8 @@ START, RESULT, DONE = "DPC-START", "DPC-RESULT", "DPC-DONE"
 TAGS = (START, RESULT, DONE)
 
 __all__ = ["DONE", "RESULT", "START", "TAGS", "Frame", "Worker", "backend_for", "finish",
-           "parse_line", "place", "report", "slurm_first_host", "start", "stuck_at", "where_now"]
+           "parse_line", "place", "report", "slurm_first_host", "slurm_place", "slurm_tasks_per_node",
+           "start", "stuck_at", "where_now"]
 
 Frame = tuple[str, int, str]  # (file, line, function) of a Python stack frame
 
@@ -115,10 +116,41 @@ def place(environ: Mapping[str, str] | None = None) -> Worker:
         return Worker(_int(env, "HOROVOD_RANK", 0), world, _int(env, "HOROVOD_LOCAL_RANK", 0),
                       _int(env, "HOROVOD_LOCAL_SIZE", world), "horovod")
     if "SLURM_PROCID" in env:
-        world = _int(env, "SLURM_NTASKS", 1)
-        per_node = _int(env, "SLURM_NTASKS_PER_NODE", _int(env, "SLURM_TASKS_PER_NODE", world))
-        return Worker(_int(env, "SLURM_PROCID", 0), world, _int(env, "SLURM_LOCALID", 0), per_node, "slurm")
+        return slurm_place(env)
     return Worker()
+
+
+def slurm_tasks_per_node(counts: str) -> list[int]:
+    """SLURM's compressed task counts, one per node: '2(x3),1' -> [2, 2, 2, 1]."""
+    out: list[int] = []
+    for item in counts.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
+        if not m:
+            raise ValueError(f"cannot read SLURM task counts {counts!r} (expected e.g. '2(x3),1')")
+        out += [int(m.group(1))] * int(m.group(2) or 1)
+    return out
+
+
+def slurm_place(environ: Mapping[str, str]) -> Worker:
+    """The one SLURM -> rank mapping (srun's task variables), used by place() and torch_env_from_slurm.
+
+    SLURM_PROCID -> rank, SLURM_NTASKS -> world size, SLURM_LOCALID -> local rank, and the local
+    world size is this node's entry (SLURM_NODEID) of the step's task counts: srun -N2 -n4 puts
+    3 tasks on node1 and 1 on node2 and sets SLURM_STEP_TASKS_PER_NODE=3,1 (no
+    SLURM_NTASKS_PER_NODE, which only --ntasks-per-node sets).
+    """
+    world = _int(environ, "SLURM_NTASKS", 1)
+    rank = _int(environ, "SLURM_PROCID", 0)
+    if not 0 <= rank < world:
+        raise ValueError(f"SLURM_PROCID={rank} is not in 0..{world - 1}")
+    node = _int(environ, "SLURM_NODEID", 0)
+    counts = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
+    per_node = slurm_tasks_per_node(counts) if counts else []
+    if node < len(per_node):
+        local_world = per_node[node]
+    else:  # no layout given (a hand-made environment): --ntasks-per-node, else tasks spread evenly
+        local_world = _int(environ, "SLURM_NTASKS_PER_NODE", -(-world // _int(environ, "SLURM_NNODES", 1)))
+    return Worker(rank, world, _int(environ, "SLURM_LOCALID", 0), local_world, "slurm")
 
 
 def backend_for(local_world_size: int, gpus: int) -> str:
