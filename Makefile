@@ -8,22 +8,33 @@ PY := $(VENV)/bin/python
 LAB_ARGS ?=
 # JupyterLab refuses to run as root unless told; containers (Docker, Colab) often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
-# `make grade SUBMISSIONS=dir [LAB=01-input-pipeline] [OUT=grades.csv]`
+# `make grade SUBMISSIONS=dir [LAB=01-input-pipeline] [OUT=grades.csv] [JOBS=N] [COURSE=dir]`
 LAB ?= 01-input-pipeline
 OUT ?= grades.csv
+# The course gradebook every `make grade` adds to (`make grades`, `make feedback` read it).
+COURSE ?= build/course
+JOBS ?=
 
-.PHONY: help setup lab test labs grade solutions bench soak clean
+.PHONY: help setup lab test labs grade grades feedback check solutions bench soak clean release
 
 help:
 	@echo "make lab    set up (first time only) and open JupyterLab on the course's start page"
 	@echo "make test   set up and run every test: helpers, notebooks, labs in sync, grading"
 	@echo "make labs   regenerate labs/ (student copies) from solutions/"
-	@echo "make grade SUBMISSIONS=dir [LAB=...] [OUT=grades.csv]   autograde a folder of submissions"
+	@echo "make grade SUBMISSIONS=dir LAB=... [JOBS=N] [COURSE=build/course] [OUT=grades.csv]"
+	@echo "            autograde a folder of submissions, N at a time, sandboxed, into the course gradebook"
+	@echo "make grades [COURSE=...] [OUT=course-grades.csv]   the whole course as one CSV"
+	@echo "make feedback [COURSE=...]   one HTML page per student and lab (hidden tests removed)"
+	@echo "make check LAB=01-input-pipeline   run a lab as the grader would; exit 1 if a test fails"
 	@echo "make solutions [SOLUTIONS_ARGS=--ci]   run every course and solution notebook on this"
 	@echo "            machine's hardware; report in build/solutions/report.md (exit 1 on a failure)"
 	@echo "make bench  run every benchmark side by side, print ratios vs goals, plots in build/bench/"
 	@echo "make soak [SOAK_ARGS=...]   every kind of distributed launch, repeated under a CPU hog,"
 	@echo "            plus a burst of 20; ends with 'soak: N launches, F failed' (about 30 min)"
+	@echo "make cluster-test [CLUSTER_ARGS=--only torchrun]   bring up a two-node SLURM cluster here"
+	@echo "            (root, slurm-wlm + munge), sbatch every slurm/ script on it, check, tear down"
+	@echo "make release [OUT=dir]   the student release: folder, .tar.gz and git branch 'student',"
+	@echo "            without solutions/, hidden tests or grading tools (default build/release/)"
 
 setup:
 	@bash tools/setup.sh
@@ -41,7 +52,17 @@ labs: setup
 
 grade: setup
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=dir [LAB=$(LAB)] [OUT=$(OUT)]"; exit 2; }
-	$(PY) tools/grade.py "$(SUBMISSIONS)" --lab "$(LAB)" --out "$(OUT)"
+	$(PY) tools/grade.py "$(SUBMISSIONS)" --lab "$(LAB)" --out "$(OUT)" --course "$(COURSE)" $(if $(JOBS),--jobs $(JOBS))
+
+grades: setup
+	$(PY) tools/gradebook.py export --course "$(COURSE)" --out "$(if $(filter command line,$(origin OUT)),$(OUT),course-grades.csv)"
+
+feedback: setup
+	$(PY) tools/gradebook.py feedback --course "$(COURSE)"
+
+# `make check LAB=01-input-pipeline [NB=labs/.../x.ipynb]`: a student's self-check (tools/check.py).
+check: setup
+	$(PY) tools/check.py "$(or $(NB),labs/$(LAB))"
 
 # `make solutions [SOLUTIONS_ARGS="--ci --only 07"]`: every notebook of tests/notebooks.yml, executed
 # with parameters for the hardware present (CPU, one GPU, several GPUs).
@@ -58,6 +79,18 @@ bench: setup
 SOAK_ARGS ?=
 soak: setup
 	$(PY) benchmarks/soak.py $(SOAK_ARGS)
+
+# `make release [OUT=build/release/dp-course-student] [PARENT=<published student repo>]`: what students
+# get (tools/release.py). The last word of its output is the folder written. OUT: the release folder.
+release: setup
+	$(PY) tools/release.py $(if $(filter command line,$(origin OUT)),--out "$(OUT)") $(if $(PARENT),--parent "$(PARENT)")
+
+# `make cluster-test [CLUSTER_ARGS="--only torchrun --keep"]`: a real two-node SLURM cluster on this
+# machine (tools/cluster.py); every slurm/*.sbatch submitted on the CPU and checked; about 1.5 min.
+.PHONY: cluster-test
+CLUSTER_ARGS ?=
+cluster-test: setup
+	$(PY) tools/cluster.py test $(CLUSTER_ARGS)
 
 clean:
 	rm -rf build course/runs solutions/*/runs

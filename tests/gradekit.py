@@ -27,10 +27,12 @@ def submission(release: Path, answers: dict[str, str]) -> dict:
 
 
 def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
-              cell_timeout: int = 45, notebook_timeout: float = 240) -> dict[str, dict[str, str]]:
+              cell_timeout: int = 45, notebook_timeout: float = 240, jobs: int = 2,
+              course: Path | None = None) -> dict[str, dict[str, str]]:
     """Grade students ({student: {notebook file name: notebook json, or raw text}}) of lab.
 
-    Returns the CSV rows by student.
+    Returns the CSV rows by student. Students are graded `jobs` at a time, sandboxed, into the
+    course gradebook `course` (default: a new one in work).
     Also checks what every grading run must guarantee: exit 0, submissions untouched, no process
     left behind.
     """
@@ -44,8 +46,8 @@ def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
     out = work / "grades.csv"
     done = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "grade.py"), str(subs), "--lab", lab, "--out", str(out),
-         "--workdir", str(work / "course"), "--cell-timeout", str(cell_timeout),
-         "--notebook-timeout", str(notebook_timeout)],
+         "--course", str(course or work / "course"), "--cell-timeout", str(cell_timeout),
+         "--notebook-timeout", str(notebook_timeout), "--jobs", str(jobs)],
         capture_output=True, text=True, timeout=3000)
     print(done.stdout, done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -63,7 +65,7 @@ def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
         return {row["student"]: row for row in csv.DictReader(f)}
 
 
-CSV_FIELDS = {"student", "lab", "score", "max_score", "status"}  # the rest: one column per test cell
+CSV_FIELDS = {"student", "lab", "score", "max_score", "status", "notes"}  # the rest: one column per test cell
 
 
 def lost(row: dict[str, str]) -> set[str]:

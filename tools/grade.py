@@ -1,39 +1,57 @@
-"""Autograde a folder of lab submissions with nbgrader and export the grades as CSV.
+"""Autograde a class's submissions of one lab: N students at once, each in a sandbox, into the
+course's one gradebook.
 
-    python tools/grade.py SUBMISSIONS --lab 01-input-pipeline --out grades.csv
+    python tools/grade.py SUBMISSIONS --lab 01-input-pipeline [--course DIR] [--jobs N] [--out CSV]
 
 SUBMISSIONS holds one entry per student, any of:
-    SUBMISSIONS/<student>/<lab>/<notebook>.ipynb     (nbgrader's layout)
+    SUBMISSIONS/<student>/<lab>/<notebook>.ipynb     (nbgrader's layout; a timestamp.txt beside it
+                                                       is kept: nbgrader's late-submission rules)
     SUBMISSIONS/<student>/<notebook>.ipynb
     SUBMISSIONS/<student>.ipynb                      (labs with one notebook)
-The submissions are copied, never modified. Grading happens in a fresh nbgrader course folder
-(--workdir, default build/grading/<lab>) whose source is solutions/<lab>, with the per-cell
-time limits of the repository's nbgrader_config.py (keyed on grade ids). Each student is graded
-in a process of their own with a wall-clock limit, and every process it started is killed
-afterwards. A notebook nbgrader gives up on (a loop that catches BaseException survives its cell
-interrupt, and nbgrader then discards the notebook) or that outlives the limit is reported
-"not graded" with the reason, instead of blocking everyone else. The CSV has one row per student: score,
-max score, status, and the points of every test cell.
+The submissions are read, never modified.
+
+Each student is graded in a private nbgrader course folder of their own (a copy of the lab's
+source and an empty gradebook), with `nbgrader autograde` inside a sandbox (tools/sandbox.py: no
+network but its own loopback, only its own folder writable, memory/process/file-size limits) and
+the kernel inside a second one that cannot read nbgrader's database (it holds the hidden tests).
+Per-cell time limits come from the repository's nbgrader_config.py (keyed on grade ids), plus a
+wall-clock limit per student. Before grading, the cells a student may not change are restored from
+the release: a test or locked cell that lost its nbgrader metadata gets it back, points and flags
+are the release's (the note column says what was repaired).
+
+The result is added to the course gradebook (tools/gradebook.py; default build/course): a regraded
+student replaces only their own lab; everyone else is untouched; runs may overlap. The CSV written
+by --out has one row per student of this run; `make grades` exports the whole course.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import difflib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tools"))
+import gradebook  # noqa: E402
+import sandbox  # noqa: E402
 from helpers.launch import MARKER, kill_launch  # noqa: E402  (one process-tree killer for all)
+
+# Ranks (processes) one grading of a lab keeps busy at once: the default number of jobs is the
+# machine's cores divided by this.
+LAB_RANKS = {"05-ring-allreduce": 2, "06-horovod": 2, "07-ddp-syncbn": 2}
 
 
 @dataclass
@@ -42,10 +60,13 @@ class Student:
 
     id: str
     notebooks: dict[str, Path] = field(default_factory=dict)
+    timestamp: Path | None = None
     status: str = "graded"
+    notes: list[str] = field(default_factory=list)
     score: float = 0.0
     max_score: float = 0.0
     cells: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
 
 
 def lab_notebooks(lab: str) -> list[str]:
@@ -73,103 +94,171 @@ def find_submissions(folder: Path, lab: str, names: list[str]) -> list[Student]:
             found = next((c for c in candidates if c.is_file() and c.suffix == ".ipynb"), None)
             if found:
                 st.notebooks[name] = found
+        stamp = entry / lab / "timestamp.txt"
+        st.timestamp = stamp if stamp.is_file() else None
         missing = [n for n in names if n not in st.notebooks]
         if missing:
             st.status = f"missing notebook(s): {', '.join(n + '.ipynb' for n in missing)}"
         for name, path in st.notebooks.items():
             try:
-                json.loads(path.read_text(encoding="utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as err:
+                nb = json.loads(path.read_text(encoding="utf-8"))
+                if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+                    raise ValueError("no cells")
+            except (UnicodeDecodeError, ValueError) as err:
                 st.status = f"unreadable notebook {name}.ipynb: {err}"
         students.append(st)
     return students
 
 
-def nbgrader(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int, str]:
-    """Run one nbgrader command in its own process group; kill all it started on timeout."""
-    launch_id = uuid.uuid4().hex
-    proc = subprocess.Popen([str(BIN / "nbgrader"), *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            env={**env, MARKER: launch_id})
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        return proc.returncode, out
-    except subprocess.TimeoutExpired:
-        return -1, ""
-    finally:
-        kill_launch(launch_id, [proc])  # kernels included: they carry the marker too
+def repair(nb: dict, release: dict) -> tuple[dict, list[str]]:
+    """nb with the nbgrader metadata of every test/locked cell set to the release's.
+
+    A cell keeps its grade id when it has one; a code or markdown cell that lost its metadata is
+    matched to the missing release cell whose source it most resembles. nbgrader then restores the
+    sources of test and locked cells from its database (and re-adds deleted ones).
+    """
+    meta = {c["metadata"]["nbgrader"]["grade_id"]: c for c in release["cells"]
+            if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")}
+    notes = []
+    seen = set()
+    for cell in nb["cells"]:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in meta and gid not in seen:
+            seen.add(gid)
+            want = meta[gid]["metadata"]["nbgrader"]
+            have = cell["metadata"]["nbgrader"]
+            if not want.get("solution") and {k: have.get(k) for k in want} != want:
+                notes.append(f"restored the metadata of {gid}")
+            cell["metadata"]["nbgrader"] = dict(want) if not want.get("solution") else {**have, **want}
+    text = lambda c: "".join(c["source"]) if isinstance(c["source"], list) else c["source"]  # noqa: E731
+    for gid, rel in meta.items():
+        if gid in seen or rel["metadata"]["nbgrader"].get("solution"):
+            continue
+        bare = [c for c in nb["cells"] if not c.get("metadata", {}).get("nbgrader")
+                and c["cell_type"] == rel["cell_type"]]
+        score = lambda c: difflib.SequenceMatcher(None, text(c), text(rel)).ratio()  # noqa: E731
+        best = max(bare, key=score, default=None)
+        if best is not None and score(best) >= 0.6:
+            best.setdefault("metadata", {})["nbgrader"] = dict(rel["metadata"]["nbgrader"])
+            notes.append(f"restored the lost metadata of {gid}")
+            seen.add(gid)
+        else:
+            notes.append(f"re-added the deleted cell {gid}")
+    return nb, notes
 
 
-def setup_course(workdir: Path, lab: str, cell_timeout: int | None) -> dict[str, str]:
-    """A fresh nbgrader course folder for lab; returns the environment to run nbgrader in."""
-    shutil.rmtree(workdir, ignore_errors=True)
-    (workdir / "source").mkdir(parents=True)
-    shutil.copytree(ROOT / "solutions" / lab, workdir / "source" / lab,
-                    ignore=shutil.ignore_patterns("runs", ".ipynb_checkpoints"))
-    (workdir / "nbgrader_config.py").write_text(
-        "c = get_config()\n"
-        f"load_subconfig('nbgrader_config.py', path={str(ROOT)!r})  # the course's settings\n"
-        f"c.CourseDirectory.root = {str(workdir)!r}\n"
-        "c.CourseDirectory.source_directory = 'source'\n"
-        "c.CourseDirectory.release_directory = 'release'\n"
-        f"c.CourseDirectory.db_url = 'sqlite:///{workdir}/gradebook.db'\n")
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONPATH": str(ROOT / "src")}
+@dataclass
+class Run:
+    """What every job of one grading run shares."""
+
+    course: gradebook.Course
+    lab: str
+    template: Path
+    release: dict[str, dict]
+    env: dict[str, str]
+    notebook_timeout: float
+    limits: sandbox.Limits
+    sandboxed: bool
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def clean_env(home: Path, scratch: Path, cell_timeout: int | None) -> dict[str, str]:
+    """The environment nbgrader and the kernel get: nothing of the grader's own but the basics."""
+    env = {"PATH": f"{BIN}{os.pathsep}/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+           "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT / "src"),
+           "JUPYTER_PATH": str(scratch / "share"), "JUPYTER_RUNTIME_DIR": str(scratch / "runtime"),
+           "JUPYTER_CONFIG_DIR": str(home / ".jupyter"), "IPYTHONDIR": str(home / ".ipython"),
+           # jupyter_client writes a kernel's connection file to TMPDIR: the kernel must see it.
+           "TMPDIR": str(scratch / "runtime"), "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+    for key, value in os.environ.items():
+        if key.startswith(("DPC_", "OMP_", "OPENBLAS_")) or key in {"CI", "TZ"}:
+            env[key] = value
     if cell_timeout:
         env["DPC_CELL_TIMEOUT"] = str(cell_timeout)
-    code, out = nbgrader(["generate_assignment", lab, "--force"], workdir, env, 600)
-    if code != 0:
-        raise SystemExit(f"grade: nbgrader generate_assignment failed:\n{out}")
     return env
 
 
-def grade(students: list[Student], workdir: Path, lab: str, env: dict[str, str],
-          notebook_timeout: float) -> None:
-    """Autograde each student with a wall-clock limit; fill in status, score and cells."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    for st in students:
-        if st.status != "graded":
-            print(f"  {st.id}: {st.status}")
-            continue
-        dest = workdir / "submitted" / st.id / lab
-        dest.mkdir(parents=True)
-        for name, path in st.notebooks.items():
-            shutil.copy(path, dest / f"{name}.ipynb")
-        start = time.monotonic()
-        code, out = nbgrader(["autograde", lab, "--student", st.id, "--force"], workdir, env,
-                             notebook_timeout)
-        took = time.monotonic() - start
-        if code == -1:
-            st.status = (f"not graded: still running after {notebook_timeout:.0f} s (a cell that "
-                         f"survives interrupts?): grade by hand")
-        elif code != 0:
-            log = workdir / f"autograde-{st.id}.log"
-            log.write_text(out)
-            st.status = f"not graded: {why_failed(out)} (log: {log})"
-        print(f"  {st.id}: {st.status} ({took:.0f} s)")
-    with Gradebook(f"sqlite:///{workdir}/gradebook.db") as gb:
-        assignment = gb.find_assignment(lab)
-        for st in students:
-            st.max_score = assignment.max_score
-            for nb in assignment.notebooks:
-                for cell in nb.grade_cells:
-                    st.cells[cell.name] = 0.0
-            if st.status != "graded":
-                continue
-            try:
-                sub = gb.find_submission(lab, st.id)
-            except MissingEntry:
-                st.status = "not graded: no submission recorded"
-                continue
-            st.score = sub.score
-            for nb in sub.notebooks:
-                for g in nb.grades:
-                    st.cells[g.name] = g.score
+def prepare(course: gradebook.Course, lab: str, names: list[str], cell_timeout: int | None,
+            notebook_timeout: float, sandboxed: bool) -> Run:
+    """The lab in the course gradebook, and a template course folder every job copies."""
+    course.add_lab(lab)
+    template = course.jobs / f"template-{lab}-{uuid.uuid4().hex[:8]}"
+    gradebook.nbgrader_course(template, lab)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    code, out = gradebook.nbgrader(["generate_assignment", lab, "--force"], template, env, 600)
+    if code != 0:
+        raise SystemExit(f"grade: nbgrader generate_assignment failed:\n{out}")
+    release = {n: json.loads((template / "release" / lab / f"{n}.ipynb").read_text()) for n in names}
+    shutil.rmtree(template / "release")
+    limits = sandbox.Limits()
+    return Run(course, lab, template, release, clean_env(Path("/"), template, cell_timeout),
+               notebook_timeout, limits, sandboxed)
 
 
-def why_failed(log: str) -> str:
+def grade_one(st: Student, run: Run) -> Student:
+    """Grade one student in a private course folder and sandbox; add the result to the gradebook."""
+    if st.status != "graded":
+        with run.lock:
+            run.course.record(run.lab, st.id, None, st.status, st.notes, 0.0)
+        return st
+    lab = run.lab
+    scratch = run.course.jobs / f"{lab}-{st.id}-{uuid.uuid4().hex[:8]}"
+    shutil.copytree(run.template, scratch)
+    gradebook.nbgrader_course(scratch, lab, write_source=False)
+    dest = scratch / "submitted" / st.id / lab
+    dest.mkdir(parents=True)
+    for name, path in st.notebooks.items():
+        nb, notes = repair(json.loads(path.read_text(encoding="utf-8")), run.release[name])
+        st.notes += [f"{name}: {n}" for n in notes]
+        (dest / f"{name}.ipynb").write_text(json.dumps(nb))
+    if st.timestamp:
+        shutil.copy(st.timestamp, dest / "timestamp.txt")
+    home, khome = scratch / "home", scratch / "kernel-home"
+    for d in (home, khome, scratch / "runtime", scratch / "share"):
+        d.mkdir()
+    env = {**run.env, **{k: v.replace(str(run.template), str(scratch)) for k, v in run.env.items()
+                         if str(run.template) in v}}
+    env.update(HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
+               IPYTHONDIR=str(home / ".ipython"))
+    argv = [str(BIN / "nbgrader"), "autograde", lab, "--student", st.id, "--force"]
+    cgroup = sandbox.Cgroup(run.limits)
+    if run.sandboxed:
+        graded = scratch / "autograded" / st.id / lab
+        # The kernel's home is its own: nbgrader's holds the course's configuration.
+        sandbox.kernel_spec(scratch / "share", writable=[graded, khome], read=[scratch / "runtime"],
+                            setenv={"HOME": str(khome), "IPYTHONDIR": str(khome / ".ipython"),
+                                    "TMPDIR": "/tmp"})
+        argv = sandbox.bwrap_argv(argv, writable=[scratch], caps=True, env=env, cwd=scratch)
+    argv = cgroup.wrap(sandbox.limit_file_size(argv, run.limits))
+    start = time.monotonic()
+    code, out = gradebook.nbgrader_raw(argv, scratch, env, run.notebook_timeout)
+    cgroup.close()
+    st.seconds = time.monotonic() - start
+    if code == -1:
+        st.status = (f"not graded: still running after {run.notebook_timeout:.0f} s (a cell that "
+                     f"survives interrupts?): grade by hand")
+    elif cgroup.out_of_memory():
+        st.status = f"not graded: used more than {run.limits.memory >> 30} GiB of memory"
+    elif code != 0:
+        log = run.course.root / "logs" / f"autograde-{lab}-{st.id}.log"
+        log.parent.mkdir(exist_ok=True)
+        log.write_text(out)
+        st.status = f"not graded: {why_failed(out, code, run.limits)} (log: {log})"
+    with run.lock:
+        graded = run.course.record(run.lab, st.id, scratch if st.status == "graded" else None,
+                                   st.status, st.notes, st.seconds)
+    if graded:
+        st.score, st.max_score, st.cells, manual = graded
+        if manual:
+            st.status = f"graded; needs manual grading: {', '.join(manual)}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    return st
+
+
+def why_failed(log: str, code: int, limits: sandbox.Limits) -> str:
     """One line on why nbgrader gave up on a notebook, from its log."""
+    if code in (-25, 153) or "File size limit exceeded" in log:
+        return f"wrote a file over {limits.file_size >> 20} MiB (the limit for any one file)"
     if "CellTimeoutError" in log:
         preview = re.search(r"preview of the cell contents:\s*\n\s*-+\s*\n(.*?)\n", log)
         cell = f" ({preview.group(1).strip()!r} ...)" if preview else ""
@@ -179,15 +268,20 @@ def why_failed(log: str) -> str:
     return "autograde failed: " + (errors[0] if errors else (log.strip().splitlines() or ["?"])[-1])
 
 
+def default_jobs(lab: str, students: int) -> int:
+    """As many students at once as the machine has cores for the lab's ranks (at least 1)."""
+    return max(1, min(students, (os.cpu_count() or 1) // LAB_RANKS.get(lab, 1)))
+
+
 def write_csv(students: list[Student], lab: str, out: Path) -> None:
-    """One row per student: student, lab, score, max_score, status, then each test cell's points."""
+    """One row per student: student, lab, score, max_score, status, notes, each test cell's points."""
     cells = sorted({c for st in students for c in st.cells})
     with out.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["student", "lab", "score", "max_score", "status", *cells])
+        w.writerow(["student", "lab", "score", "max_score", "status", "notes", *cells])
         for st in students:
             w.writerow([st.id, lab, f"{st.score:g}", f"{st.max_score:g}", st.status,
-                        *(f"{st.cells.get(c, 0.0):g}" for c in cells)])
+                        "; ".join(st.notes), *(f"{st.cells.get(c, 0.0):g}" for c in cells)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,25 +289,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("submissions", type=Path)
     p.add_argument("--lab", required=True)
     p.add_argument("--out", type=Path, default=Path("grades.csv"))
-    p.add_argument("--workdir", type=Path, default=None,
-                   help="nbgrader course folder to grade in (default build/grading/<lab>)")
+    p.add_argument("--course", type=Path, default=None,
+                   help=f"the course gradebook folder (default {gradebook.DEFAULT})")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="students graded at once (default: cores / the lab's ranks)")
     p.add_argument("--cell-timeout", type=int, default=None,
                    help="default seconds per cell (cells listed in nbgrader_config.py keep theirs)")
     p.add_argument("--notebook-timeout", type=float, default=900,
                    help="wall-clock seconds for one student's whole lab")
     a = p.parse_args(argv)
+    sandboxed = not sandbox.disabled()
+    sandbox.require()
     names = lab_notebooks(a.lab)
     students = find_submissions(a.submissions.resolve(), a.lab, names)
     if not students:
         raise SystemExit(f"grade: {a.submissions} holds no submissions")
-    workdir = (a.workdir or ROOT / "build" / "grading" / a.lab).resolve()
-    print(f"grading {len(students)} submission(s) of {a.lab} in {workdir}")
-    env = setup_course(workdir, a.lab, a.cell_timeout)
-    grade(students, workdir, a.lab, env, a.notebook_timeout)
+    course = gradebook.Course(a.course or gradebook.DEFAULT)
+    jobs = a.jobs or default_jobs(a.lab, len(students))
+    print(f"grading {len(students)} submission(s) of {a.lab} into {course.root}, {jobs} at a time"
+          f"{'' if sandboxed else ' (NOT sandboxed)'}")
+    run = prepare(course, a.lab, names, a.cell_timeout, a.notebook_timeout, sandboxed)
+    start = time.monotonic()
+    try:
+        with ThreadPoolExecutor(jobs) as pool:
+            for st in pool.map(lambda s: grade_one(s, run), students):
+                print(f"  {st.id}: {st.score:g} / {st.max_score:g}  {st.status} ({st.seconds:.0f} s)",
+                      flush=True)
+    finally:
+        shutil.rmtree(run.template, ignore_errors=True)
+    took = time.monotonic() - start
     write_csv(students, a.lab, a.out)
-    for st in students:
-        print(f"{st.id:>20}: {st.score:g} / {st.max_score:g}  {st.status}")
-    print(f"grades written to {a.out}")
+    print(f"graded {len(students)} in {took:.0f} s ({60 * len(students) / max(took, 1e-9):.2f} "
+          f"students/min at {jobs} job(s)); grades written to {a.out}")
     return 0
 
 

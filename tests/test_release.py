@@ -1,0 +1,251 @@
+"""The student release (`make release`, tools/release.py), built once into a temporary folder.
+
+What students get must hold no answer and no hidden test, none of the instructor's files, and must
+work on its own: the git branch and the archive give the same tree as the folder, and the student
+Makefile's `make check` fails an unanswered lab and passes a correct one.
+
+The rule for "no answer" is tools/release.py's `secret_lines`: every non-trivial line between
+nbgrader's `### BEGIN SOLUTION` / `### END SOLUTION` and `### BEGIN HIDDEN TESTS` /
+`### END HIDDEN TESTS` in solutions/ (trivial: blank, only brackets or punctuation, or one bare
+keyword such as `pass` or `return`; lines the labs give students anyway are not secrets). It must
+not be a line of any released text file (notebooks decoded: sources, outputs, metadata), except
+where tools/release/taught.txt lists that exact line for that chapter, helper, example or benchmark.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from gradekit import ROOT, submission
+from test_grading import CORRECT
+
+_spec = importlib.util.spec_from_file_location("dpc_release", ROOT / "tools" / "release.py")
+release = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(release)
+
+LAB = "01-input-pipeline"
+GIT_ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+# The instructor's side, as the issue lists it (tools/release.py keeps its own, longer list).
+FORBIDDEN = ["solutions", "tests", "tools/grade.py", "tools/labs.py", "tools/solutions.py", ".github",
+             "build", "CONTRIBUTING.md", "benchmarks/soak.py", "course/runs"]
+TOP_LEVEL = {".git", ".gitignore", "Makefile", "README.md", "benchmarks", "course", "environment.yml",
+             "examples", "labs", "nbgrader_config.py", "pyproject.toml", "requirements.txt", "slurm",
+             "src", "tools"}
+
+
+def git(*args: str, cwd: Path) -> str:
+    """git's stdout in cwd, without the user's configuration; fails the test on an error."""
+    done = subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, capture_output=True, text=True)
+    assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def tree(folder: Path) -> dict[str, tuple[bytes, bool]]:
+    """Every file under folder (.git left out): its bytes and whether it is executable."""
+    return {p.relative_to(folder).as_posix(): (p.read_bytes(), bool(p.stat().st_mode & stat.S_IXUSR))
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and ".git" not in p.relative_to(folder).parts}
+
+
+def colleague_file(rel: str) -> None:
+    """Fail with one clear line when a file a colleague is writing has not landed yet."""
+    if not (ROOT / rel).is_file():
+        pytest.fail(f"{rel} missing (colleague's work)", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The release, written by tools/release.py into a temporary folder (the last word of output)."""
+    out = tmp_path_factory.mktemp("release") / "dp-course-student"
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "release.py"), "--out", str(out),
+                           "--allow-missing"], capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert Path(done.stdout.strip().splitlines()[-1].split()[-1]) == out.resolve(), done.stdout
+    return out
+
+
+def test_the_rule_finds_the_answers_and_hidden_tests() -> None:
+    """The rule of secret_lines finds lab 1's answer and hidden tests, and no trivial line."""
+    secrets = release.secret_lines()
+    kinds = {where.rsplit(": ", 1)[1] for where in secrets.values()}
+    assert kinds == {"answer", "hidden test"}
+    assert len(secrets) > 150, len(secrets)
+    # Lab 1's answer and one of its hidden tests; trivial lines are not secrets.
+    assert "ds = ds.map(lambda i: load_tf(source, i), num_parallel_calls=tf.data.AUTOTUNE)" in secrets
+    assert "for n, b in [(33, 8), (5, 2), (64, 64)]:" in secrets
+    assert not {"", "pass", "return", ")", "])"} & set(secrets)
+
+
+def test_the_scan_catches_a_planted_answer(tmp_path: Path) -> None:
+    """A solution notebook, or one answer line re-indented in a .py file, is reported as a leak."""
+    # The solution notebook itself, and one answer line re-indented with a comment, in a .py file.
+    (tmp_path / "labs").mkdir()
+    shutil.copy(ROOT / "solutions" / LAB / "input-pipeline.ipynb", tmp_path / "labs" / "lab.ipynb")
+    (tmp_path / "notes.py").write_text("if True:\n      ds = ds.map(lambda i: load_tf(source, i), "
+                                       "num_parallel_calls=tf.data.AUTOTUNE)  # !\n")
+    leaks = release.find_leaks(tmp_path)
+    assert any("from 01-input-pipeline/input-pipeline.ipynb [fast-tf-pipeline]: answer" in x
+               and x.startswith("labs/lab.ipynb") for x in leaks), leaks
+    assert any("hidden test" in x and x.startswith("labs/lab.ipynb") for x in leaks), leaks
+    assert any(x.startswith("notes.py: 'ds = ds.map(lambda i") for x in leaks), leaks
+
+
+def test_no_answer_and_no_hidden_test_is_released(built: Path) -> None:
+    """(1) No answer or hidden-test line in any released file, beyond taught.txt's chapter lines."""
+    leaks = release.find_leaks(built, release.secret_lines(), release.taught())
+    assert not leaks, "answer or hidden-test lines in the release:\n" + "\n".join(leaks)
+    # Nowhere but in course material may a line be allowed: labs, config, README, tools hold none.
+    strict = [o for o in release.overlaps(built, release.secret_lines())
+              if not release.under(o[0], release.COURSE_MATERIAL)]
+    assert not strict, strict
+    # Nor any nbgrader delimiter (a solution or source notebook copied by mistake).
+    for rel, (data, _) in tree(built).items():
+        for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"):
+            assert marker.encode() not in data, f"{rel} holds {marker!r}"
+
+
+def test_nothing_of_the_instructors_side_is_released(built: Path) -> None:
+    """(2) No forbidden path, and a .git of the release's own (nothing of this repository's)."""
+    assert not [p for p in FORBIDDEN + release.FORBIDDEN if (built / p).exists()]
+    assert {p.name for p in built.iterdir()} <= TOP_LEVEL, sorted(p.name for p in built.iterdir())
+    assert not any(p.name in {"solutions", "tests", "runs", "__pycache__", ".ipynb_checkpoints"}
+                   for p in built.rglob("*") if ".git" not in p.relative_to(built).parts)
+    # The release's .git is its own: no link to this repository's objects, none of its commits.
+    assert not (built / ".git" / "objects" / "info" / "alternates").exists()
+    head = git("rev-parse", "HEAD", cwd=ROOT).strip()
+    assert subprocess.run(["git", "cat-file", "-e", head], cwd=built, env=GIT_ENV).returncode != 0
+    listed = git("rev-list", "--objects", "--all", cwd=built).splitlines()
+    reachable = {line.split()[0] for line in listed}
+    stored = {line.split()[0] for line in
+              git("cat-file", "--batch-all-objects", "--batch-check", cwd=built).splitlines()}
+    assert stored <= reachable, "objects in the release's .git that its branch does not hold"
+
+
+def test_the_self_check_tools_are_released(built: Path) -> None:
+    """tools/check.py and tools/sandbox.py ship as they are here, with nbgrader_config.py's limits."""
+    for rel in release.REQUIRED:
+        colleague_file(rel)
+        assert (built / rel).read_bytes() == (ROOT / rel).read_bytes()
+    config = (built / "nbgrader_config.py").read_text()
+    assert "SLOW_CELLS" in config and "timeout_func" in config  # the limits the self-check uses
+
+
+def test_paths_the_notebooks_and_readme_name_are_released(built: Path) -> None:
+    """Every file a chapter, lab, the README or the Makefile names is in the release."""
+    named = set()
+    pattern = re.compile(r"\b((?:benchmarks|examples|slurm|tools|src|labs|course)/[\w./-]*"
+                         r"\.(?:py|sh|sbatch|ipynb|patch|yml|txt|toml))\b")
+    for path in [*built.glob("course/*.ipynb"), *built.glob("labs/*/*.ipynb"), built / "README.md",
+                 built / "Makefile"]:
+        named |= set(pattern.findall(path.read_text()))
+    missing = sorted(p for p in named if not (built / p).exists() and not p.startswith("course/runs")
+                     and p not in release.REQUIRED)
+    assert not missing, f"named by a chapter, lab, README or Makefile but not released: {missing}"
+    assert {"examples/scaling/ddp_worker.py", "slurm/torchrun.sbatch", "tools/setup.sh"} <= named
+
+
+def test_the_branch_clones_to_the_same_tree(built: Path, tmp_path: Path) -> None:
+    """(3) Branch `student`: one commit by the release author naming HEAD; a clone: the same tree."""
+    assert git("branch", "--format=%(refname:short)", cwd=built).split() == ["student"]
+    assert git("status", "--porcelain", "--untracked-files=all", "--ignored", cwd=built) == ""
+    log = git("log", "--format=%an|%s", "student", cwd=built).splitlines()
+    source = git("rev-parse", "--short", "HEAD", cwd=ROOT).strip()
+    assert log == [f"dp-course release|Student release of dp-course {source}"], log
+    git("clone", "-q", "--branch", "student", str(built), str(tmp_path / "clone"), cwd=tmp_path)
+    assert tree(tmp_path / "clone") == tree(built)
+
+
+def test_the_archive_unpacks_to_the_same_tree(built: Path, tmp_path: Path) -> None:
+    """(4) The .tar.gz beside the folder unpacks to one folder with the same tree."""
+    archive = built.parent / f"{built.name}.tar.gz"
+    with tarfile.open(archive) as tar:
+        assert {m.name.split("/")[0] for m in tar.getmembers()} == {built.name}
+        tar.extractall(tmp_path, filter="data")
+    assert tree(tmp_path / built.name) == tree(built)
+
+
+def test_a_second_release_continues_the_branch(built: Path, tmp_path: Path) -> None:
+    """A release into a previous one adds one commit on top of it (pushes fast-forward)."""
+    # Built again into a copy of the first: one more commit on top, so a push fast-forwards.
+    again = tmp_path / built.name
+    shutil.copytree(built, again, symlinks=True)
+    first = git("rev-parse", "student", cwd=again).strip()
+    release.build(again, allow_missing=True, check_labs=False)
+    assert git("rev-parse", "student~1", cwd=again).strip() == first
+    assert git("rev-list", "--count", "student", cwd=again).strip() == "2"
+    assert git("status", "--porcelain", "--untracked-files=all", cwd=again) == ""
+
+
+def test_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A foreign OUT folder, one inside the course's folders, or stale labs/ are refused."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("not a release")
+    with pytest.raises(release.ReleaseError, match="not a previous release"):
+        release.build(tmp_path / "mine", allow_missing=True, check_labs=False)
+    with pytest.raises(release.ReleaseError, match="under build/ or outside"):
+        release.build(ROOT / "labs", allow_missing=True, check_labs=False)
+
+    class StaleLabs:
+        """tools/labs.py as it answers when labs/ is out of date."""
+
+        def generate(self, release_dir: Path, db_dir: Path) -> None:
+            """Generate nothing."""
+
+        def stale(self, release_dir: Path) -> list[str]:
+            """One stale notebook."""
+            return [f"{LAB}/input-pipeline.ipynb"]
+
+    monkeypatch.setattr(release, "labs_module", StaleLabs)
+    with pytest.raises(release.ReleaseError, match=r"labs/ is out of date .*make labs"):
+        release.check_labs_fresh()
+
+
+def test_the_student_makefile(built: Path) -> None:
+    """The student Makefile: usage, help, PY= skips set-up and runs tools/check.py; make release OUT=."""
+    # Without LAB: the usage and the labs, before any set-up (none would start: the default .venv).
+    done = subprocess.run(["make", "-s", "-C", str(built), "check"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and "usage: make check LAB=" in done.stdout and LAB in done.stdout
+    assert not (built / ".venv").exists()
+    done = subprocess.run(["make", "-s", "-C", str(built), "help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "make check LAB=01-input-pipeline" in done.stdout
+    dry = subprocess.run(["make", "-n", "-C", str(built), "check", f"LAB={LAB}",
+                          "PY=/opt/py/bin/python"], capture_output=True, text=True).stdout
+    assert f'/opt/py/bin/python tools/check.py "labs/{LAB}"' in dry and "setup.sh" not in dry
+    dry = subprocess.run(["make", "-n", "-C", str(built), "check", f"LAB={LAB}"], capture_output=True,
+                         text=True).stdout
+    assert "bash tools/setup.sh" in dry and f'.venv/bin/python tools/check.py "labs/{LAB}"' in dry
+    main = subprocess.run(["make", "-n", "-C", str(ROOT), "release", "OUT=/tmp/x"], capture_output=True,
+                          text=True).stdout
+    assert 'tools/release.py --out "/tmp/x"' in main
+
+
+@pytest.mark.slow
+def test_the_release_alone_checks_a_lab(built: Path, tmp_path: Path) -> None:
+    """(5) `make check` in the release fails the unanswered lab 1 and passes the correct answers."""
+    colleague_file("tools/check.py")
+    work = tmp_path / built.name
+    shutil.copytree(built, work, symlinks=True)
+    (work / ".venv").symlink_to(ROOT / ".venv")  # the course's packages, not a second install
+    env = {**os.environ, "PYTHONPATH": str(work / "src")}  # the release's helpers, not this tree's
+    cmd = ["make", "-C", str(work), "check", f"LAB={LAB}", f"PY={work / '.venv' / 'bin' / 'python'}"]
+    unanswered = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1500)
+    out = unanswered.stdout + unanswered.stderr
+    assert "tools/check.py" in out and unanswered.returncode != 0, out
+    assert "NotImplementedError" in out and "0 / 10 visible points" in out, out  # answers missing
+
+    notebook = work / "labs" / LAB / "input-pipeline.ipynb"
+    notebook.write_text(json.dumps(submission(notebook, CORRECT)))
+    answered = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1500)
+    assert answered.returncode == 0, answered.stdout + answered.stderr
+    assert "10 / 10 visible points" in answered.stdout, answered.stdout

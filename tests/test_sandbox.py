@@ -1,0 +1,128 @@
+"""The sandbox student code runs in (tools/sandbox.py): what it hides, what it may write, its
+network, its limits, and that nothing it starts outlives it. Each test runs a small command in a
+real bubblewrap sandbox (seconds); the grading tests run whole labs in it."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import sandbox  # noqa: E402
+
+WHY = sandbox.unavailable()
+pytestmark = pytest.mark.skipif(WHY is not None, reason=f"no sandbox here: {WHY}")
+PY = str(ROOT / ".venv" / "bin" / "python")
+
+
+def run(code: str, scratch: Path, **kw) -> subprocess.CompletedProcess[str]:
+    """Run python code in a sandbox whose only writable folder is scratch."""
+    argv = sandbox.bwrap_argv([PY, "-c", code], writable=[scratch],
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(scratch)}, cwd=scratch, **kw)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def test_hidden_paths_are_not_there_and_the_course_is_read_only(tmp_path):
+    done = run("import os, sys\n"
+               f"print([p for p in {[str(ROOT / 'solutions'), str(ROOT / 'tests'), str(ROOT / '.git'), str(ROOT / 'tools' / 'grade.py'), str(ROOT / 'build'), str(Path.home() / '.cache')]!r} if os.path.exists(p)])\n"
+               f"print(os.path.exists({str(ROOT / 'src' / 'helpers' / 'worker.py')!r}))\n"
+               "try:\n"
+               f"    open({str(ROOT / 'src' / 'helpers' / 'owned.py')!r}, 'w')\n"
+               "except OSError as e:\n"
+               "    print(type(e).__name__)\n"
+               "open('mine.txt', 'w').write('ok')\n", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["[]", "True", "OSError"]
+    assert (tmp_path / "mine.txt").read_text() == "ok"
+    assert not (ROOT / "src" / "helpers" / "owned.py").exists()
+
+
+def test_no_capabilities_so_hidden_paths_cannot_be_uncovered(tmp_path):
+    done = run("import ctypes, os\n"
+               "libc = ctypes.CDLL(None, use_errno=True)\n"
+               "print(libc.umount2(b'/tmp', 2), ctypes.get_errno())\n"
+               "print([l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1])",
+               tmp_path)
+    assert done.stdout.split() == ["-1", "1", "0000000000000000"], done.stdout + done.stderr  # EPERM
+
+
+def test_network_is_loopback_only_and_private(tmp_path):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    try:
+        done = run("import socket\n"
+                   "print(sorted(n for _, n in socket.if_nameindex()))\n"
+                   f"print(socket.socket().connect_ex(('127.0.0.1', {port})) != 0)\n"
+                   "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+                   "print(socket.create_connection(s.getsockname(), timeout=5) is not None)", tmp_path)
+    finally:
+        server.close()
+    # Only `lo`; the grader's own loopback (a server on this machine) is out of reach; its own works.
+    assert done.stdout.split("\n")[:3] == ["['lo']", "True", "True"], done.stdout + done.stderr
+
+
+def test_a_detached_process_ends_with_the_sandbox(tmp_path):
+    token = uuid.uuid4().hex
+    # A grandchild that leaves its session and drops the course's launch marker, then the sandbox ends.
+    code = ("import os, subprocess, sys\n"
+            "env = {k: v for k, v in os.environ.items() if k != 'DPC_LAUNCH_ID'}\n"
+            f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', '{token}'],"
+            " start_new_session=True, env=env)\n")
+    done = run(code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        alive = [p for p in psutil.process_iter(["cmdline"]) if token in " ".join(p.info["cmdline"] or [])]
+        if not alive:
+            break
+        time.sleep(0.2)
+    assert not alive, f"outlived its sandbox: {alive}"
+
+
+@pytest.mark.skipif(not sandbox.Cgroup(sandbox.Limits()).active, reason="cgroups are not writable here")
+def test_memory_limit_kills_and_is_reported(tmp_path):
+    limits = sandbox.Limits(memory=256 << 20)
+    cgroup = sandbox.Cgroup(limits)
+    try:
+        argv = cgroup.wrap(sandbox.bwrap_argv(
+            [PY, "-c", "x = bytearray(1 << 30); x[::4096] = b'1' * len(x[::4096]); print('survived')"],
+            writable=[tmp_path], env={"PATH": "/usr/bin:/bin"}))
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert "survived" not in done.stdout and done.returncode != 0
+        assert cgroup.out_of_memory()
+    finally:
+        cgroup.close()
+    assert not any(d.exists() for d in cgroup.dirs), "the cgroup is removed afterwards"
+
+
+def test_file_size_limit(tmp_path):
+    limits = sandbox.Limits(file_size=1 << 20)
+    argv = sandbox.limit_file_size(sandbox.bwrap_argv(
+        [PY, "-c", "open('big', 'wb').write(b'0' * (4 << 20))"], writable=[tmp_path],
+        env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path), limits)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert (tmp_path / "big").stat().st_size <= 1 << 20
+
+
+def test_missing_bubblewrap_is_one_clear_refusal(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("DPC_SANDBOX", raising=False)
+    with pytest.raises(SystemExit) as err:
+        sandbox.require()
+    assert str(err.value) == (
+        "sandbox: bubblewrap (bwrap) is not installed (as root: apt-get install bubblewrap).\n"
+        "Student code must not run with your rights; DPC_SANDBOX=off runs student code with your "
+        "rights (only where you accept that risk).")
+    monkeypatch.setenv("DPC_SANDBOX", "off")
+    sandbox.require()  # the explicit opt-out: no error

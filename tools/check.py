@@ -1,0 +1,141 @@
+"""Check a lab the way the grader runs it: exit 0 when every visible test passes, 1 otherwise.
+
+    python tools/check.py labs/01-input-pipeline                 # every notebook of the lab
+    python tools/check.py labs/01-input-pipeline/input-pipeline.ipynb
+    make check LAB=01-input-pipeline
+
+The notebook runs top to bottom on a copy (your file is not changed), in a fresh kernel, with the
+grader's per-cell time limits (nbgrader_config.py) and in the grader's sandbox where this machine
+has one (tools/sandbox.py: no network but loopback, only its own folder writable). Then a table
+lists every test cell: its points, and whether it passed. The grader also runs hidden tests, so
+full marks here are necessary, not sufficient.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import sandbox  # noqa: E402
+
+
+def cell_timeout_rule():
+    """The grader's per-cell time limit function, from the repository's nbgrader_config.py."""
+    from traitlets.config import Config
+
+    ns = runpy.run_path(str(ROOT / "nbgrader_config.py"), init_globals={"get_config": Config})
+    return ns["cell_timeout"]
+
+
+def execute(notebook: Path, result: Path) -> None:
+    """Run notebook in place (its folder is a scratch copy) and write its test cells' results."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(notebook, as_version=4)
+    client = NotebookClient(nb, timeout_func=cell_timeout_rule(), interrupt_on_timeout=True,
+                            allow_errors=True, kernel_name="python3",
+                            resources={"metadata": {"path": str(notebook.parent)}})
+    client.execute()
+    rows = []
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if not meta.get("grade") or cell.cell_type != "code":
+            continue
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        why = f"{errors[0].get('ename')}: {errors[0].get('evalue')}".strip() if errors else ""
+        rows.append({"cell": meta.get("grade_id", "?"), "points": float(meta.get("points", 0)),
+                     "passed": not errors and cell.get("execution_count") is not None,
+                     "why": why or ("" if cell.get("execution_count") is not None else "did not run")})
+    result.write_text(json.dumps(rows))
+
+
+def check(notebook: Path, timeout: float) -> list[dict]:
+    """Copy the notebook's folder to a scratch folder, run it there (sandboxed), return its rows."""
+    with tempfile.TemporaryDirectory(prefix="dpc-check-") as tmp:
+        scratch = Path(tmp)
+        work = scratch / notebook.parent.name
+        shutil.copytree(notebook.parent, work, ignore=shutil.ignore_patterns(
+            "runs", ".ipynb_checkpoints", "__pycache__"))
+        for d in ("home", "tmp"):
+            (scratch / d).mkdir()
+        result = scratch / "result.json"
+        python = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+        argv = [python, str(Path(__file__).resolve()), "--execute", str(work / notebook.name),
+                "--result", str(result)]
+        env = {"PATH": f"{Path(python).parent}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
+               "HOME": str(scratch / "home"), "TMPDIR": str(scratch / "tmp"), "LANG": "C.UTF-8",
+               "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT / "src"),
+               **{k: v for k, v in os.environ.items() if k.startswith(("DPC_", "OMP_", "OPENBLAS_"))}}
+        limits = sandbox.Limits()
+        cgroup = sandbox.Cgroup(limits)
+        if not sandbox.disabled() and sandbox.unavailable() is None:
+            argv = sandbox.bwrap_argv(argv, writable=[scratch], read=[Path(__file__).resolve(), Path(sandbox.__file__).resolve()],
+                                      env=env, cwd=work)
+        argv = cgroup.wrap(sandbox.limit_file_size(argv, limits))
+        proc = subprocess.Popen(argv, cwd=work, env=env, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            print(f"check: {notebook.name} still running after {timeout:.0f} s: stopped", file=sys.stderr)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+            cgroup.close()
+        if not result.exists():
+            return [{"cell": "(notebook)", "points": 0.0, "passed": False,
+                     "why": "the notebook could not be run to the end (see the messages above)"}]
+        return json.loads(result.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("lab", type=Path, nargs="?", help="a lab folder or one of its notebooks")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds for a whole notebook")
+    p.add_argument("--execute", type=Path, help=argparse.SUPPRESS)  # inside the sandbox
+    p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.execute:
+        execute(a.execute, a.result)
+        return 0
+    if a.lab is None:
+        p.error("name a lab folder or notebook, e.g. labs/01-input-pipeline")
+    if not a.lab.exists():
+        raise SystemExit(f"check: {a.lab} does not exist (labs: "
+                         f"{', '.join(sorted(p.name for p in (ROOT / 'labs').glob('*/')))})")
+    notebooks = ([a.lab] if a.lab.is_file() else
+                 sorted(n for n in a.lab.glob("*.ipynb") if not n.name.startswith(".")))
+    if not notebooks:
+        raise SystemExit(f"check: no notebook in {a.lab}")
+    where = ("in the grader's sandbox" if not sandbox.disabled() and sandbox.unavailable() is None
+             else f"without a sandbox ({sandbox.unavailable() or 'DPC_SANDBOX=off'})")
+    failed = 0
+    for nb in notebooks:
+        print(f"check: running {nb} top to bottom {where}, with the grader's time limits ...",
+              flush=True)
+        rows = check(nb.resolve(), a.timeout)
+        width = max(len(r["cell"]) for r in rows)
+        print(f"\n{'test cell':<{width}}  points  result")
+        for r in rows:
+            print(f"{r['cell']:<{width}}  {r['points'] if r['passed'] else 0:>4g}/{r['points']:<3g} "
+                  f"{'passed' if r['passed'] else 'FAILED  ' + r['why'][:100]}")
+        got = sum(r["points"] for r in rows if r["passed"])
+        total = sum(r["points"] for r in rows)
+        bad = sum(not r["passed"] for r in rows)
+        failed += bad
+        print(f"{nb.name}: {got:g} / {total:g} visible points, {bad} test cell(s) failed "
+              f"(the grader also runs hidden tests)\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""The course's one gradebook: every lab, every student, every grading run added to it.
+
+    python tools/gradebook.py export [--course DIR] [--out course-grades.csv]   (make grades)
+    python tools/gradebook.py feedback [--course DIR] [--out DIR]               (make feedback)
+
+The course folder (default build/course; `COURSE=...` with make) is an nbgrader course:
+    gradebook.db               nbgrader's gradebook (all labs, all students)
+    source/<lab>/, release/    the labs as last graded
+    submitted/<student>/<lab>/ what each student handed in, as graded last
+    autograded/<student>/<lab>/the graded notebooks
+    status.json                per student and lab: how the last grading went (and notes)
+    jobs/                      scratch of runs in progress (one folder per student being graded)
+Changes happen under a file lock (`.lock`), so grading runs may overlap without corrupting it.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import fcntl
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+DEFAULT = ROOT / "build" / "course"
+sys.path.insert(0, str(ROOT / "src"))
+from helpers.launch import MARKER, kill_launch  # noqa: E402
+
+HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.M | re.S)
+
+
+def nbgrader_course(folder: Path, lab: str, write_source: bool = True) -> None:
+    """Make folder an nbgrader course with the repository's settings; copy solutions/<lab> in."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "nbgrader_config.py").write_text(
+        "c = get_config()\n"
+        f"load_subconfig('nbgrader_config.py', path={str(ROOT)!r})  # the course's settings\n"
+        f"c.CourseDirectory.root = {str(folder)!r}\n"
+        "c.CourseDirectory.source_directory = 'source'\n"
+        "c.CourseDirectory.release_directory = 'release'\n"
+        f"c.CourseDirectory.db_url = 'sqlite:///{folder}/gradebook.db'\n"
+        "c.OverwriteCells.add_missing_cells = True  # a deleted test cell is put back and run\n"
+        "c.LimitOutput.max_lines = 1000\n")
+    if write_source:
+        shutil.rmtree(folder / "source" / lab, ignore_errors=True)
+        shutil.copytree(ROOT / "solutions" / lab, folder / "source" / lab,
+                        ignore=shutil.ignore_patterns("runs", ".ipynb_checkpoints"))
+
+
+def nbgrader_raw(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """Run argv in its own session; kill everything it started when it ends or times out."""
+    launch_id = uuid.uuid4().hex
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, env={**env, MARKER: launch_id})
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        return -1, ""
+    finally:
+        kill_launch(launch_id, [proc])  # kernels included: they carry the marker too
+
+
+def nbgrader(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """Run one nbgrader command (this environment's) in cwd."""
+    return nbgrader_raw([str(BIN / "nbgrader"), *args], cwd, env, timeout)
+
+
+class Course:
+    """The course gradebook folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.jobs = self.root / "jobs"
+        self.jobs.mkdir(parents=True, exist_ok=True)
+        self.db_url = f"sqlite:///{self.root / 'gradebook.db'}"
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the course's file lock (other grading runs wait)."""
+        with open(self.root / ".lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def add_lab(self, lab: str) -> None:
+        """Put lab (its notebooks and test cells) in the gradebook, or refresh it from solutions/."""
+        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        with self.lock():
+            nbgrader_course(self.root, lab)
+            code, out = nbgrader(["generate_assignment", lab, "--force"], self.root, env, 600)
+        if code != 0:
+            raise SystemExit(f"grade: nbgrader generate_assignment failed in {self.root}:\n{out}")
+
+    def statuses(self) -> dict[str, dict[str, dict]]:
+        """status.json: {student: {lab: {status, notes, seconds, graded_at}}}."""
+        f = self.root / "status.json"
+        return json.loads(f.read_text()) if f.exists() else {}
+
+    def record(self, lab: str, student: str, scratch: Path | None, status: str, notes: list[str],
+               seconds: float) -> tuple[float, float, dict[str, float], list[str]] | None:
+        """Add one student's grading of lab (from the job folder scratch) to the course.
+
+        Only this student's submission of this lab is replaced. A run that could not grade them
+        (scratch None) records its status and keeps any earlier grade. Returns (score, max score,
+        points by test cell, cells needing manual grading), or None when nothing was graded.
+        """
+        import warnings
+
+        from nbgrader.api import Gradebook, MissingEntry
+
+        warnings.filterwarnings("ignore", module="nbgrader")  # SQLAlchemy's SAWarning in add_submission
+        warnings.filterwarnings("ignore", message=".*not in session.*")
+        result = None
+        with self.lock():
+            statuses = self.statuses()
+            earlier = statuses.get(student, {}).get(lab)
+            if scratch is not None:
+                with Gradebook(f"sqlite:///{scratch / 'gradebook.db'}") as job, \
+                        Gradebook(self.db_url) as gb:
+                    try:
+                        sub_job = job.find_submission(lab, student)
+                    except MissingEntry:
+                        status = "not graded: nbgrader recorded no submission"
+                        scratch = None
+                    else:
+                        gb.update_or_create_student(student)
+                        with contextlib.suppress(MissingEntry):
+                            gb.remove_submission(lab, student)
+                        gb.add_submission(lab, student, timestamp=sub_job.timestamp)
+                        for nb_job in sub_job.notebooks:
+                            for g_job in nb_job.grades:
+                                g = gb.find_grade(g_job.name, nb_job.name, lab, student)
+                                g.auto_score = g_job.auto_score
+                                g.manual_score = None
+                                g.needs_manual_grade = g_job.needs_manual_grade
+                        gb.db.commit()
+                        result = self._scores(gb, lab, student)
+            if scratch is not None:
+                for kind in ("submitted", "autograded"):
+                    dest = self.root / kind / student / lab
+                    shutil.rmtree(dest, ignore_errors=True)
+                    shutil.copytree(scratch / kind / student / lab, dest,
+                                    ignore=shutil.ignore_patterns("runs", "*.pt", "__pycache__"))
+            elif earlier and earlier.get("graded"):
+                status = f"{status}; kept the grade of {earlier['graded_at']}"
+            entry = {"status": status, "notes": notes, "seconds": round(seconds, 1),
+                     "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+                     "graded": scratch is not None or bool(earlier and earlier.get("graded")),
+                     "graded_at": (time.strftime("%Y-%m-%d %H:%M:%S") if scratch is not None
+                                   else (earlier or {}).get("graded_at"))}
+            statuses.setdefault(student, {})[lab] = entry
+            tmp = self.root / f"status.json.{uuid.uuid4().hex[:6]}"
+            tmp.write_text(json.dumps(statuses, indent=1, sort_keys=True))
+            tmp.replace(self.root / "status.json")
+        return result
+
+    @staticmethod
+    def _scores(gb, lab: str, student: str) -> tuple[float, float, dict[str, float], list[str]]:
+        """(score, max score, points by test cell, cells needing manual grading) of one submission."""
+        sub = gb.find_submission(lab, student)
+        cells, manual = {}, []
+        for nb in sub.notebooks:
+            for g in nb.grades:
+                cells[g.name] = g.score
+                if g.needs_manual_grade:
+                    manual.append(g.name)
+        return sub.score, sub.max_score, cells, manual
+
+    def rows(self) -> list[dict[str, str]]:
+        """The course CSV's rows: one per student, lab and test cell, a total per lab and per student."""
+        from nbgrader.api import Gradebook, MissingEntry
+
+        statuses = self.statuses()
+        rows = []
+        with Gradebook(self.db_url) as gb:
+            labs = sorted(gb.assignments, key=lambda a: a.name)
+            students = sorted({s.id for s in gb.students} | set(statuses))
+            for sid in students:
+                total = maximum = 0.0
+                for a in labs:
+                    st = statuses.get(sid, {}).get(a.name)
+                    status = st["status"] if st else "no submission"
+                    try:
+                        sub = gb.find_submission(a.name, sid)
+                    except MissingEntry:
+                        sub = None
+                    for nb in a.notebooks:
+                        for cell in nb.grade_cells:
+                            g = None
+                            if sub is not None:
+                                g = gb.find_grade(cell.name, nb.name, a.name, sid)
+                            cell_status = ("needs manual grading" if g is not None and g.needs_manual_grade
+                                           else "graded" if g is not None else status)
+                            rows.append({"student": sid, "lab": a.name, "cell": cell.name,
+                                         "points": f"{g.score if g else 0:g}",
+                                         "max_points": f"{cell.max_score:g}",
+                                         "auto_points": f"{g.auto_score:g}" if g and g.auto_score is not None else "",
+                                         "manual_points": f"{g.manual_score:g}" if g and g.manual_score is not None else "",
+                                         "status": cell_status})
+                    score = sub.score if sub is not None else 0.0
+                    if sub is not None and any(g.needs_manual_grade for n in sub.notebooks for g in n.grades):
+                        status += "; needs manual grading"
+                    rows.append({"student": sid, "lab": a.name, "cell": "(lab total)",
+                                 "points": f"{score:g}", "max_points": f"{a.max_score:g}",
+                                 "auto_points": "", "manual_points": "", "status": status})
+                    total += score
+                    maximum += a.max_score
+                rows.append({"student": sid, "lab": "(course)", "cell": "(course total)",
+                             "points": f"{total:g}", "max_points": f"{maximum:g}",
+                             "auto_points": "", "manual_points": "", "status": ""})
+        return rows
+
+    def export(self, out: Path) -> int:
+        """Write the course CSV; return the number of students."""
+        rows = self.rows()
+        with out.open("w", newline="") as f:
+            w = csv.DictWriter(f, ["student", "lab", "cell", "points", "max_points", "auto_points",
+                                   "manual_points", "status"])
+            w.writeheader()
+            w.writerows(rows)
+        return len({r["student"] for r in rows})
+
+    def feedback(self, out: Path) -> list[Path]:
+        """Per student and lab, an HTML page: what passed, what failed; hidden tests removed."""
+        from nbgrader.api import Gradebook, MissingEntry
+
+        written = []
+        with Gradebook(self.db_url) as gb:
+            for sid, labs in sorted(self.statuses().items()):
+                for lab, st in sorted(labs.items()):
+                    folder = self.root / "autograded" / sid / lab
+                    try:
+                        sub = gb.find_submission(lab, sid)
+                    except MissingEntry:
+                        sub = None
+                    page = out / sid / lab / "feedback.html"
+                    page.parent.mkdir(parents=True, exist_ok=True)
+                    page.write_text(feedback_page(sid, lab, st, sub, folder))
+                    written.append(page)
+        return written
+
+
+def scrub(nb: dict, test_ids: set[str]) -> dict:
+    """A graded notebook with hidden tests cut from test cells, and their tracebacks reduced to
+    the error's name and message (a traceback quotes the hidden lines)."""
+    for cell in nb["cells"]:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid not in test_ids or cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        cell["source"] = HIDDEN.sub("# (hidden tests run here)\n", source)
+        outputs = []
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error":
+                outputs.append({"output_type": "stream", "name": "stderr",
+                                "text": f"{o.get('ename')}: {o.get('evalue')}\n"})
+            elif o.get("output_type") == "stream":
+                outputs.append(o)
+        cell["outputs"] = outputs
+    return nb
+
+
+def feedback_page(student: str, lab: str, st: dict, sub, folder: Path) -> str:
+    """The HTML feedback of one student's lab: a table of test cells, then the graded notebook."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    grades = {g.name: g for nb in (sub.notebooks if sub is not None else []) for g in nb.grades}
+    rows = "".join(
+        f"<tr><td>{html.escape(name)}</td><td>{g.score:g} / {g.max_score:g}</td><td>"
+        f"{'needs manual grading' if g.needs_manual_grade else 'passed' if g.score == g.max_score else 'failed'}"
+        f"</td></tr>" for name, g in grades.items())
+    total = f"{sub.score:g} / {sub.max_score:g}" if sub is not None else "not graded"
+    head = (f"<h1>{html.escape(lab)}: {html.escape(student)}</h1><p><b>Score:</b> {total}<br>"
+            f"<b>Status:</b> {html.escape(st['status'])}</p>"
+            + (f"<p><b>Notes:</b> {html.escape('; '.join(st['notes']))}</p>" if st.get("notes") else "")
+            + f"<table border=1 cellpadding=4><tr><th>test</th><th>points</th><th>result</th></tr>{rows}</table>")
+    bodies = []
+    for path in sorted(folder.glob("*.ipynb")) if folder.is_dir() else []:
+        nb = scrub(json.loads(path.read_text()), set(grades))
+        body, _ = HTMLExporter(template_name="basic").from_notebook_node(
+            nbformat.reads(json.dumps(nb), as_version=4))
+        bodies.append(f"<h2>{html.escape(path.name)}</h2>{body}")
+    return f"<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>{head}{''.join(bodies)}</body></html>"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=["export", "feedback"])
+    p.add_argument("--course", type=Path, default=DEFAULT)
+    p.add_argument("--out", type=Path, default=None)
+    a = p.parse_args(argv)
+    if not (a.course / "gradebook.db").exists():
+        raise SystemExit(f"gradebook: no gradebook in {a.course} (grade with `make grade` first)")
+    course = Course(a.course)
+    if a.what == "export":
+        out = a.out or Path("course-grades.csv")
+        n = course.export(out)
+        print(f"{n} student(s) written to {out}")
+    else:
+        out = a.out or course.root / "feedback"
+        pages = course.feedback(out)
+        print(f"{len(pages)} feedback page(s) written under {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
