@@ -1,7 +1,8 @@
 """nbgrader settings of the course: solutions/ is the source, labs/ the release, per-cell timeouts.
 
 `make labs` regenerates labs/ from solutions/, `make grade` autogrades a folder of submissions
-(tools/grade.py), and a student can check a lab with `nbgrader validate labs/<lab>/<nb>.ipynb`.
+(tools/grade.py, which builds its own course folders on top of these settings), and a student checks
+a lab with `make check LAB=<lab>` (tools/check.py, which applies the same per-cell limits).
 """
 import os
 
@@ -28,7 +29,7 @@ SLOW_CELLS = {
     # loaded 2-core box; the tests themselves are small eager steps well under the default.
     "tw-imports": 120,
     # lab 05 (ring all-reduce): torchrun launches of the student's ring (stopped after TIMEOUT s
-    # if it deadlocks); the exact test also launches the hidden world sizes 2 and 4.
+    # if it deadlocks); the exact test launches it more than once.
     "ring-check-run": 180,
     "test-ring-real-exact": 300,
     # Lab 6 (Horovod): single-process references and horovodrun launches (TensorFlow ranks are slow

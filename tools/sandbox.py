@@ -96,6 +96,9 @@ def _base_args(extra_read: list[Path], net: bool) -> list[str]:
     base = Path(sys.base_prefix).resolve()
     if not any(str(base).startswith(p + "/") or str(base) == p for p in SYSTEM_READ):
         args += ["--ro-bind", str(base), str(base)]  # a Python outside /usr (pyenv, conda)
+    env = Path(sys.prefix).resolve()
+    if env != base and not env.is_relative_to(ROOT):
+        args += ["--ro-bind", str(env), str(env)]  # the environment running this (PY=... of make)
     for dev in sorted(Path("/dev").glob("nvidia*")):  # GPUs, where the machine has them
         args += ["--dev-bind", str(dev), str(dev)]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
