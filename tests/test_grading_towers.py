@@ -101,24 +101,19 @@ UNWEIGHTED = {
 OWN_VARIABLES = {
     "tw-average-gradients": AVERAGE,
     # Right slices, devices, weights and loss, but every tower builds its own copy of the weights.
-    "tw-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None):
-    n = len(devices)
-    sizes = sizes or [x.shape[0] // n] * n
-    shares = [s / sum(sizes) for s in sizes]
-    xs, ys = tf.split(x, sizes), tf.split(y, sizes)
-    tower_grads, losses = [], []
-    for i, d in enumerate(devices):
-        with tf.device(d):
-            replica = keras.models.clone_model(model)
+    "tw-tower-step": STEP.replace(
+        """            with tf.GradientTape() as tape:
+                loss = loss_fn(ys[i], model(xs[i], training=True))
+        tower_grads.append(list(zip(tape.gradient(loss, model.trainable_variables),
+                                    model.trainable_variables)))""",
+        """            replica = keras.models.clone_model(model)
             replica.set_weights(model.get_weights())
             with tf.GradientTape() as tape:
                 loss = loss_fn(ys[i], replica(xs[i], training=True))
             grads = tape.gradient(loss, replica.trainable_variables)
-        tower_grads.append(list(zip(grads, model.trainable_variables)))
-        losses.append(loss)
-    optimizer.apply_gradients(average_gradients(tower_grads, shares))
-    return sum(s * l for s, l in zip(shares, losses))''',
+        tower_grads.append(list(zip(grads, model.trainable_variables)))"""),
 }
+assert "clone_model" in OWN_VARIABLES["tw-tower-step"], "the mutation must apply"
 
 
 def submission(answers: dict[str, str]) -> dict:
