@@ -3,7 +3,6 @@ network, its limits, and that nothing it starts outlives it. Each test runs a sm
 real bubblewrap sandbox (seconds); the grading tests run whole labs in it."""
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys

@@ -32,7 +32,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -43,11 +42,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tools"))
-import gradebook  # noqa: E402
+import gradebook  # noqa: E402  (the course gradebook; runs nbgrader)
 import sandbox  # noqa: E402
-from helpers.launch import MARKER, kill_launch  # noqa: E402  (one process-tree killer for all)
 
 # Ranks (processes) one grading of a lab keeps busy at once: the default number of jobs is the
 # machine's cores divided by this.

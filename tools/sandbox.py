@@ -71,7 +71,7 @@ def unavailable() -> str | None:
 def require() -> None:
     """Exit with one clear message unless a sandbox can be made (or DPC_SANDBOX=off is set)."""
     if disabled():
-        print(f"sandbox: OFF (DPC_SANDBOX=off): student code runs with your rights", file=sys.stderr)
+        print("sandbox: OFF (DPC_SANDBOX=off): student code runs with your rights", file=sys.stderr)
         return
     why = unavailable()
     if why:
