@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import _thread
 import importlib
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -210,6 +211,9 @@ def test_a_rank_that_leaves_early_is_named_not_its_victim(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_keyboard_interrupt_kills_the_launch(tmp_path):
+    # A shell that starts the suite in the background (`make test &`) ignores SIGINT, and Python
+    # then keeps ignoring it: interrupt_main() would do nothing. Ctrl-C's handler, as in a terminal.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(8, _thread.interrupt_main)
     start = time.monotonic()
     timer.start()
@@ -219,6 +223,7 @@ def test_keyboard_interrupt_kills_the_launch(tmp_path):
                            env={"DPC_TEST_PIDDIR": str(tmp_path)})
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert_no_orphans(tmp_path)
     assert time.monotonic() - start < 60
 
