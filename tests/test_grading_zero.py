@@ -1,0 +1,176 @@
+"""Lab 8 (a sharded optimizer step, ZeRO-1) graded end to end: submissions built from the student
+copy in labs/ are autograded by tools/grade.py with real torchrun launches on 2, 3 and 4 ranks.
+
+Two correct submissions get full marks: the reference (reduce-scatter, a padded all-gather) and a
+different one (all-reduce then slice, one broadcast per owner). Each typical ZeRO mistake loses
+exactly the points of the test cells it breaks:
+
+* wrong shard boundaries (every slice numel // N long, the remainder owned by nobody) and the
+  gradient summed instead of averaged: shard bounds, gradient and weights;
+* the whole vector stepped on every rank (DDP's optimizer, not a sharded one): the memory test only,
+  since the weights are still right;
+* the all-gather forgotten: the gather test and the weights.
+"""
+from __future__ import annotations
+
+import pytest
+from gradekit import ROOT, grade_all, lost, submission as fill
+
+LAB = "08-zero"
+RELEASE = ROOT / "labs" / LAB / "zero.ipynb"
+POINTS = {"zero-test-bounds": 2, "zero-test-grad": 2, "zero-test-gather": 2, "zero-test-weights": 3,
+          "zero-test-memory": 2}
+
+BOUNDS = '''%%writefile runs/08/zero_bounds.py
+
+
+def shard_bounds(numel, world_size, rank):
+    base, extra = divmod(numel, world_size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+'''
+GRAD = '''%%writefile runs/08/zero_grad.py
+import torch
+import torch.distributed as dist
+
+
+def grad_shard(flat_grad, shards, rank):
+    pieces = [flat_grad[a:b].contiguous() for a, b in shards]
+    mine = torch.empty_like(pieces[rank])
+    dist.reduce_scatter(mine, pieces)
+    return mine / len(shards)
+'''
+GATHER = '''%%writefile runs/08/zero_gather.py
+import torch
+import torch.distributed as dist
+
+
+def gather_params(flat_params, shards, rank):
+    longest = max(b - a for a, b in shards)
+    start, stop = shards[rank]
+    mine = torch.zeros(longest, dtype=flat_params.dtype)
+    mine[:stop - start] = flat_params[start:stop]
+    pieces = [torch.empty_like(mine) for _ in shards]
+    dist.all_gather(pieces, mine)
+    with torch.no_grad():
+        for (a, b), piece in zip(shards, pieces):
+            flat_params[a:b] = piece[:b - a]
+'''
+STEP = '''%%writefile runs/08/zero_step.py
+from zero_bounds import shard_bounds
+from zero_gather import gather_params
+from zero_grad import grad_shard
+from zero_sgd import sgd_momentum
+
+
+def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
+    shards = [shard_bounds(flat_params.numel(), world_size, r) for r in range(world_size)]
+    grad = grad_shard(flat_grad, shards, rank)
+    start, stop = shards[rank]
+    sgd_momentum(flat_params[start:stop], grad, state, lr)
+    gather_params(flat_params, shards, rank)
+'''
+CORRECT = {"zero-bounds": BOUNDS, "zero-grad": GRAD, "zero-gather": GATHER, "zero-step": STEP}
+# Correct too, written differently: sizes listed first, all-reduce then slice, a broadcast per owner.
+DIFFERENT = {
+    "zero-bounds": '''%%writefile runs/08/zero_bounds.py
+
+
+def shard_bounds(numel, world_size, rank):
+    sizes = [numel // world_size + (1 if r < numel % world_size else 0) for r in range(world_size)]
+    start = sum(sizes[:rank])
+    return int(start), int(start + sizes[rank])
+''',
+    "zero-grad": '''%%writefile runs/08/zero_grad.py
+import torch.distributed as dist
+
+
+def grad_shard(flat_grad, shards, rank):
+    dist.all_reduce(flat_grad)
+    start, stop = shards[rank]
+    return flat_grad[start:stop].clone() / dist.get_world_size()
+''',
+    "zero-gather": '''%%writefile runs/08/zero_gather.py
+import torch.distributed as dist
+
+
+def gather_params(flat_params, shards, rank):
+    for owner, (a, b) in enumerate(shards):
+        piece = flat_params[a:b].detach().clone()
+        dist.broadcast(piece, src=owner)
+        flat_params.data[a:b] = piece
+''',
+    "zero-step": '''%%writefile runs/08/zero_step.py
+import zero_bounds
+import zero_gather
+import zero_grad
+import zero_sgd
+
+
+def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
+    n = flat_params.numel()
+    shards = [zero_bounds.shard_bounds(n, world_size, r) for r in range(world_size)]
+    a, b = shards[rank]
+    mine = flat_params.narrow(0, a, b - a)
+    zero_sgd.sgd_momentum(mine, zero_grad.grad_shard(flat_grad, shards, rank), state, lr)
+    zero_gather.gather_params(flat_params, shards, rank)
+''',
+}
+WRONG_BOUNDS_AND_SUM = {
+    **CORRECT,
+    # every slice numel // N long: the last numel % N parameters belong to nobody
+    "zero-bounds": '''%%writefile runs/08/zero_bounds.py
+
+
+def shard_bounds(numel, world_size, rank):
+    size = numel // world_size
+    return rank * size, (rank + 1) * size
+''',
+    # the gradients summed over ranks, not averaged
+    "zero-grad": GRAD.replace("return mine / len(shards)", "return mine"),
+}
+# DDP's optimizer: the whole averaged gradient and the whole vector stepped on every rank
+WRONG_WHOLE = {**CORRECT, "zero-step": '''%%writefile runs/08/zero_step.py
+import torch.distributed as dist
+from zero_sgd import sgd_momentum
+
+
+def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
+    dist.all_reduce(flat_grad)
+    sgd_momentum(flat_params, flat_grad / world_size, state, lr)
+'''}
+# the all-gather forgotten: each rank only ever sees its own slice move
+WRONG_NO_GATHER = {**CORRECT, "zero-gather": '''%%writefile runs/08/zero_gather.py
+
+
+def gather_params(flat_params, shards, rank):
+    pass  # this rank's slice is already in place
+'''}
+SUBMISSIONS = {"correct": CORRECT, "different": DIFFERENT, "bounds-and-sum": WRONG_BOUNDS_AND_SUM,
+               "whole-model": WRONG_WHOLE, "no-gather": WRONG_NO_GATHER}
+EXPECTED_LOST = {
+    "correct": set(),
+    "different": set(),
+    "bounds-and-sum": {"zero-test-bounds", "zero-test-grad", "zero-test-weights"},
+    "whole-model": {"zero-test-memory"},
+    "no-gather": {"zero-test-gather", "zero-test-weights"},
+}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+    name = RELEASE.name
+    students = {s: {name: fill(RELEASE, answers)} for s, answers in SUBMISSIONS.items()}
+    return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=60,
+                     notebook_timeout=600)
+
+
+@pytest.mark.parametrize("student", sorted(SUBMISSIONS))
+def test_each_submission_loses_exactly_its_points(graded, student):
+    row = graded[student]
+    total = sum(POINTS.values())
+    assert row["status"] == "graded", row
+    assert set(POINTS) <= set(row), row  # every test cell has its column
+    assert lost(row) == EXPECTED_LOST[student], row
+    assert float(row["max_score"]) == total, row
+    assert float(row["score"]) == total - sum(POINTS[k] for k in EXPECTED_LOST[student]), row
