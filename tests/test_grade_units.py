@@ -78,7 +78,9 @@ def test_find_submissions_statuses(tmp_path):
     (tmp_path / "ok" / "01-input-pipeline" / "timestamp.txt").write_text("2026-11-20 10:00:00")
     (tmp_path / "not a name!.ipynb").write_text("[1, 2]")
     (tmp_path / "empty").mkdir()
+    (tmp_path / "odd.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code"}, 7]}))
     got = {s.id: s for s in grade.find_submissions(tmp_path, "01-input-pipeline", ["input-pipeline"])}
     assert got["ok"].status == "graded" and got["ok"].timestamp.name == "timestamp.txt"
     assert got["not_a_name_"].status == "unreadable notebook input-pipeline.ipynb: no cells"
     assert got["empty"].status == "missing notebook(s): input-pipeline.ipynb"
+    assert got["odd"].status == "unreadable notebook input-pipeline.ipynb: a cell without cell_type or source"

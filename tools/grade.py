@@ -101,6 +101,9 @@ def find_submissions(folder: Path, lab: str, names: list[str]) -> list[Student]:
                 nb = json.loads(path.read_text(encoding="utf-8"))
                 if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
                     raise ValueError("no cells")
+                if not all(isinstance(c, dict) and "cell_type" in c and "source" in c
+                           for c in nb["cells"]):
+                    raise ValueError("a cell without cell_type or source")
             except (UnicodeDecodeError, ValueError) as err:
                 st.status = f"unreadable notebook {name}.ipynb: {err}"
         students.append(st)
@@ -193,6 +196,17 @@ def prepare(course: gradebook.Course, lab: str, names: list[str], cell_timeout: 
 
 
 def grade_one(st: Student, run: Run) -> Student:
+    """Grade one student; whatever goes wrong is that student's status, never the whole run's."""
+    try:
+        return _grade_one(st, run)
+    except Exception as err:  # noqa: BLE001  (a malformed notebook must not stop the class)
+        st.status = f"not graded: the grader could not process this submission ({type(err).__name__}: {err})"
+        with run.lock:
+            run.course.record(run.lab, st.id, None, st.status, st.notes, st.seconds)
+        return st
+
+
+def _grade_one(st: Student, run: Run) -> Student:
     """Grade one student in a private course folder and sandbox; add the result to the gradebook."""
     if st.status != "graded":
         with run.lock:
@@ -200,6 +214,15 @@ def grade_one(st: Student, run: Run) -> Student:
         return st
     lab = run.lab
     scratch = run.course.jobs / f"{lab}-{st.id}-{uuid.uuid4().hex[:8]}"
+    try:
+        return _grade_in(st, run, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
+    """Grade st in the job folder scratch (removed by the caller)."""
+    lab = run.lab
     shutil.copytree(run.template, scratch)
     gradebook.nbgrader_course(scratch, lab, write_source=False)
     dest = scratch / "submitted" / st.id / lab
@@ -228,13 +251,16 @@ def grade_one(st: Student, run: Run) -> Student:
         argv = sandbox.bwrap_argv(argv, writable=[scratch], caps=True, env=env, cwd=scratch)
     argv = cgroup.wrap(sandbox.limit_file_size(argv, run.limits))
     start = time.monotonic()
-    code, out = gradebook.nbgrader_raw(argv, scratch, env, run.notebook_timeout)
-    cgroup.close()
+    try:
+        code, out = gradebook.nbgrader_raw(argv, scratch, env, run.notebook_timeout)
+        out_of_memory = cgroup.out_of_memory()  # read before close() removes the cgroup
+    finally:
+        cgroup.close()  # kills whatever is left in it
     st.seconds = time.monotonic() - start
     if code == -1:
         st.status = (f"not graded: still running after {run.notebook_timeout:.0f} s (a cell that "
                      f"survives interrupts?): grade by hand")
-    elif cgroup.out_of_memory():
+    elif out_of_memory:
         st.status = f"not graded: used more than {run.limits.memory >> 30} GiB of memory"
     elif code != 0:
         log = run.course.root / "logs" / f"autograde-{lab}-{st.id}.log"
@@ -248,7 +274,6 @@ def grade_one(st: Student, run: Run) -> Student:
         st.score, st.max_score, st.cells, manual = graded
         if manual:
             st.status = f"graded; needs manual grading: {', '.join(manual)}"
-    shutil.rmtree(scratch, ignore_errors=True)
     return st
 
 
