@@ -88,7 +88,7 @@ def test_a_detached_process_ends_with_the_sandbox(tmp_path):
     assert not alive, f"outlived its sandbox: {alive}"
 
 
-@pytest.mark.skipif(not sandbox.Cgroup(sandbox.Limits()).active, reason="cgroups are not writable here")
+@pytest.mark.skipif(not sandbox.cgroups_work(), reason="cgroups are not writable here")
 def test_memory_limit_kills_and_is_reported(tmp_path):
     limits = sandbox.Limits(memory=256 << 20)
     cgroup = sandbox.Cgroup(limits)
@@ -102,6 +102,13 @@ def test_memory_limit_kills_and_is_reported(tmp_path):
     finally:
         cgroup.close()
     assert not any(d.exists() for d in cgroup.dirs), "the cgroup is removed afterwards"
+
+
+def test_no_cgroup_is_left_behind():
+    before = {p.name for p in Path("/sys/fs/cgroup").rglob("dpc-*")} if Path("/sys/fs/cgroup").exists() else set()
+    assert sandbox.cgroups_work() in (True, False)
+    after = {p.name for p in Path("/sys/fs/cgroup").rglob("dpc-*")} if Path("/sys/fs/cgroup").exists() else set()
+    assert after <= before
 
 
 def test_file_size_limit(tmp_path):

@@ -207,6 +207,15 @@ class Cgroup:
                     time.sleep(0.1)
 
 
+def cgroups_work() -> bool:
+    """Whether this machine lets us make the memory and process cgroup (made and removed at once)."""
+    probe = Cgroup(Limits())
+    try:
+        return probe.active
+    finally:
+        probe.close()
+
+
 def limit_file_size(argv: list[str], limits: Limits) -> list[str]:
     """argv under RLIMIT_FSIZE: no file it writes grows past limits.file_size."""
     return [sys.executable, "-c",
