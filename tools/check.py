@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import runpy
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -68,29 +66,16 @@ def check(notebook: Path, timeout: float) -> list[dict]:
         for d in ("home", "tmp"):
             (scratch / d).mkdir()
         result = scratch / "result.json"
-        python = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
-        argv = [python, str(Path(__file__).resolve()), "--execute", str(work / notebook.name),
+        argv = [sandbox.PYTHON, str(Path(__file__).resolve()), "--execute", str(work / notebook.name),
                 "--result", str(result)]
-        env = {"PATH": f"{Path(python).parent}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
-               "HOME": str(scratch / "home"), "TMPDIR": str(scratch / "tmp"), "LANG": "C.UTF-8",
-               "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT / "src"),
-               **{k: v for k, v in os.environ.items() if k.startswith(("DPC_", "OMP_", "OPENBLAS_"))}}
-        limits = sandbox.Limits()
-        cgroup = sandbox.Cgroup(limits)
+        env = sandbox.clean_env(scratch / "home", scratch / "tmp")
         if not sandbox.disabled() and sandbox.unavailable() is None:
-            argv = sandbox.bwrap_argv(argv, writable=[scratch], read=[Path(__file__).resolve(), Path(sandbox.__file__).resolve()],
+            argv = sandbox.bwrap_argv(argv, writable=[scratch],
+                                      read=[Path(__file__).resolve(), Path(sandbox.__file__).resolve()],
                                       env=env, cwd=work)
-        argv = cgroup.wrap(sandbox.limit_file_size(argv, limits))
-        proc = subprocess.Popen(argv, cwd=work, env=env, start_new_session=True)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        done = sandbox.run_limited(argv, work, env, timeout, capture=False)
+        if done.code == -1:
             print(f"check: {notebook.name} still running after {timeout:.0f} s: stopped", file=sys.stderr)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-                proc.wait()
-            cgroup.close()
         if not result.exists():
             return [{"cell": "(notebook)", "points": 0.0, "passed": False,
                      "why": "the notebook could not be run to the end (see the messages above)"}]

@@ -155,24 +155,20 @@ class Run:
     lab: str
     template: Path
     release: dict[str, dict]
-    env: dict[str, str]
+    cell_timeout: int | None
     notebook_timeout: float
     limits: sandbox.Limits
     sandboxed: bool
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def clean_env(home: Path, scratch: Path, cell_timeout: int | None) -> dict[str, str]:
-    """The environment nbgrader and the kernel get: nothing of the grader's own but the basics."""
-    env = {"PATH": f"{BIN}{os.pathsep}/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
-           "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT / "src"),
-           "JUPYTER_PATH": str(scratch / "share"), "JUPYTER_RUNTIME_DIR": str(scratch / "runtime"),
-           "JUPYTER_CONFIG_DIR": str(home / ".jupyter"), "IPYTHONDIR": str(home / ".ipython"),
-           # jupyter_client writes a kernel's connection file to TMPDIR: the kernel must see it.
-           "TMPDIR": str(scratch / "runtime"), "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-    for key, value in os.environ.items():
-        if key.startswith(("DPC_", "OMP_", "OPENBLAS_")) or key in {"CI", "TZ"}:
-            env[key] = value
+def job_env(scratch: Path, cell_timeout: int | None) -> dict[str, str]:
+    """The environment of one student's nbgrader and kernel: sandbox.clean_env, plus Jupyter's
+    folders in the job folder (jupyter_client writes a kernel's connection file to TMPDIR, which the
+    kernel's sandbox must see: it is the runtime folder)."""
+    env = sandbox.clean_env(scratch / "home", scratch / "runtime")
+    env.update(JUPYTER_PATH=str(scratch / "share"), JUPYTER_RUNTIME_DIR=str(scratch / "runtime"),
+               PYDEVD_DISABLE_FILE_VALIDATION="1")
     if cell_timeout:
         env["DPC_CELL_TIMEOUT"] = str(cell_timeout)
     return env
@@ -191,8 +187,7 @@ def prepare(course: gradebook.Course, lab: str, names: list[str], cell_timeout: 
     release = {n: json.loads((template / "release" / lab / f"{n}.ipynb").read_text()) for n in names}
     shutil.rmtree(template / "release")
     limits = sandbox.Limits()
-    return Run(course, lab, template, release, clean_env(Path("/"), template, cell_timeout),
-               notebook_timeout, limits, sandboxed)
+    return Run(course, lab, template, release, cell_timeout, notebook_timeout, limits, sandboxed)
 
 
 def grade_one(st: Student, run: Run) -> Student:
@@ -236,12 +231,8 @@ def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
     home, khome = scratch / "home", scratch / "kernel-home"
     for d in (home, khome, scratch / "runtime", scratch / "share"):
         d.mkdir()
-    env = {**run.env, **{k: v.replace(str(run.template), str(scratch)) for k, v in run.env.items()
-                         if str(run.template) in v}}
-    env.update(HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
-               IPYTHONDIR=str(home / ".ipython"))
+    env = job_env(scratch, run.cell_timeout)
     argv = [str(BIN / "nbgrader"), "autograde", lab, "--student", st.id, "--force"]
-    cgroup = sandbox.Cgroup(run.limits)
     if run.sandboxed:
         graded = scratch / "autograded" / st.id / lab
         # The kernel's home is its own: nbgrader's holds the course's configuration.
@@ -249,18 +240,14 @@ def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
                             setenv={"HOME": str(khome), "IPYTHONDIR": str(khome / ".ipython"),
                                     "TMPDIR": "/tmp"})
         argv = sandbox.bwrap_argv(argv, writable=[scratch], caps=True, env=env, cwd=scratch)
-    argv = cgroup.wrap(sandbox.limit_file_size(argv, run.limits))
     start = time.monotonic()
-    try:
-        code, out = gradebook.nbgrader_raw(argv, scratch, env, run.notebook_timeout)
-        out_of_memory = cgroup.out_of_memory()  # read before close() removes the cgroup
-    finally:
-        cgroup.close()  # kills whatever is left in it
+    done = sandbox.run_limited(argv, scratch, env, run.notebook_timeout, run.limits)
+    code, out = done.code, done.output
     st.seconds = time.monotonic() - start
     if code == -1:
         st.status = (f"not graded: still running after {run.notebook_timeout:.0f} s (a cell that "
                      f"survives interrupts?): grade by hand")
-    elif out_of_memory:
+    elif done.out_of_memory:
         st.status = f"not graded: used more than {run.limits.memory >> 30} GiB of memory"
     elif code != 0:
         log = run.course.root / "logs" / f"autograde-{lab}-{st.id}.log"

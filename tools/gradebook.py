@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -33,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DEFAULT = ROOT / "build" / "course"
-sys.path.insert(0, str(ROOT / "src"))
-from helpers.launch import MARKER, kill_launch  # noqa: E402
+sys.path.insert(0, str(ROOT / "tools"))
+import sandbox  # noqa: E402  (its run_limited runs every nbgrader command)
 
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.M | re.S)
 
@@ -57,23 +56,10 @@ def nbgrader_course(folder: Path, lab: str, write_source: bool = True) -> None:
                         ignore=shutil.ignore_patterns("runs", ".ipynb_checkpoints"))
 
 
-def nbgrader_raw(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int, str]:
-    """Run argv in its own session; kill everything it started when it ends or times out."""
-    launch_id = uuid.uuid4().hex
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True, env={**env, MARKER: launch_id})
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        return proc.returncode, out
-    except subprocess.TimeoutExpired:
-        return -1, ""
-    finally:
-        kill_launch(launch_id, [proc])  # kernels included: they carry the marker too
-
-
 def nbgrader(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int, str]:
-    """Run one nbgrader command (this environment's) in cwd."""
-    return nbgrader_raw([str(BIN / "nbgrader"), *args], cwd, env, timeout)
+    """Run one nbgrader command (this environment's) in cwd: (exit code, -1 on timeout; output)."""
+    done = sandbox.run_limited([str(BIN / "nbgrader"), *args], cwd, env, timeout)
+    return done.code, done.output
 
 
 class Course:

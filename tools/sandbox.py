@@ -35,6 +35,8 @@ SYSTEM_READ = ["/usr", "/etc", "/opt", "/var/lib/dpkg/alternatives"]
 SYSTEM_LINKS = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
 INSTALL = "as root: apt-get install bubblewrap"
 OFF_HINT = "DPC_SANDBOX=off runs student code with your rights (only where you accept that risk)"
+# The course's interpreter: kernels and the self-check run with it.
+PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,51 @@ class Cgroup:
                     time.sleep(0.1)
 
 
+def clean_env(home: Path, tmp: Path) -> dict[str, str]:
+    """The environment sandboxed code gets: the basics, and the caller's DPC_/OMP_/OPENBLAS_ settings."""
+    env = {"PATH": f"{Path(PYTHON).parent}{os.pathsep}/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+           "JUPYTER_CONFIG_DIR": str(home / ".jupyter"), "IPYTHONDIR": str(home / ".ipython"),
+           "TMPDIR": str(tmp), "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT / "src")}
+    for key, value in os.environ.items():
+        if key.startswith(("DPC_", "OMP_", "OPENBLAS_")) or key in {"CI", "TZ"}:
+            env[key] = value
+    return env
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a limited run ended: exit code (-1: stopped at its time limit), output, memory exhausted."""
+
+    code: int
+    output: str
+    out_of_memory: bool
+
+
+def run_limited(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
+                limits: Limits = Limits(), capture: bool = True) -> Outcome:
+    """Run argv in its own session and cgroup, files capped; kill everything it started at the end."""
+    if str(ROOT / "src") not in sys.path:
+        sys.path.insert(0, str(ROOT / "src"))
+    from helpers.launch import MARKER, kill_launch  # one process-tree killer for the course
+
+    launch_id = uuid.uuid4().hex
+    cgroup = Cgroup(limits)
+    pipe = subprocess.PIPE if capture else None
+    proc = subprocess.Popen(cgroup.wrap(limit_file_size(argv, limits)), cwd=cwd, stdout=pipe,
+                            stderr=subprocess.STDOUT if capture else None, text=True,
+                            start_new_session=True, env={**env, MARKER: launch_id})
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        out, code = "", -1
+    finally:
+        kill_launch(launch_id, [proc])  # kernels and ranks too: they carry the marker
+        out_of_memory = cgroup.out_of_memory()  # read before close() removes the cgroup
+        cgroup.close()  # kills whatever is left in it
+    return Outcome(code, out or "", out_of_memory)
+
+
 def cgroups_work() -> bool:
     """Whether this machine lets us make the memory and process cgroup (made and removed at once)."""
     probe = Cgroup(Limits())
@@ -233,8 +280,7 @@ def kernel_spec(folder: Path, writable: list[Path], read: list[Path] = (),
     """
     import json
 
-    python = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
-    argv = bwrap_argv([python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+    argv = bwrap_argv([PYTHON, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
                       writable=writable, read=list(read), net=True, setenv=setenv)
     # Not --die-with-parent: jupyter_client starts kernels from a helper thread, and the kernel would
     # die with that thread. The grader's own sandbox (a PID namespace) still ends every process.
