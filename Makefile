@@ -64,7 +64,7 @@ feedback: setup
 check: setup
 	$(PY) tools/check.py "$(or $(NB),labs/$(LAB))"
 
-# `make solutions [SOLUTIONS_ARGS="--ci --only 07"]`: every notebook of tests/notebooks.yml, executed
+# `make solutions [SOLUTIONS_ARGS="--ci --only 07"]`: every notebook of tools/notebooks.yml, executed
 # with parameters for the hardware present (CPU, one GPU, several GPUs).
 SOLUTIONS_ARGS ?=
 solutions: setup

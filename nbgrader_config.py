@@ -21,39 +21,39 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "__pycache__", "runs", "*.pyc"
 DEFAULT_CELL_TIMEOUT = int(os.environ.get("DPC_CELL_TIMEOUT", "60"))
 SLOW_CELLS = {
     # grade_id: seconds. Measurement cells and (later) cells that launch distributed workers.
-    "tf-baseline": 180,
-    "tf-measure": 240,
-    "torch-baseline": 180,
-    "torch-measure": 180,
+    "lab01-tf-baseline": 180,
+    "lab01-tf-measure": 240,
+    "lab01-torch-baseline": 180,
+    "lab01-torch-measure": 180,
     # lab 4: importing TensorFlow and splitting the CPU into 4 logical devices takes 40 s on a
     # loaded 2-core box; the tests themselves are small eager steps well under the default.
-    "tw-imports": 120,
+    "lab04-imports": 120,
     # lab 05 (ring all-reduce): torchrun launches of the student's ring (stopped after TIMEOUT s
     # if it deadlocks); the exact test launches it more than once.
-    "ring-check-run": 180,
-    "test-ring-real-exact": 300,
+    "lab05-check-run": 180,
+    "lab05-test-real-exact": 300,
     # Lab 6 (Horovod): single-process references and horovodrun launches (TensorFlow ranks are slow
     # to start: every process, and horovodrun itself, imports TensorFlow).
-    "hvd-torch-reference": 120,
-    "hvd-torch-run": 300,
-    "hvd-keras-reference": 180,
-    "hvd-keras-run": 360,
+    "lab06-torch-reference": 120,
+    "lab06-torch-run": 300,
+    "lab06-keras-reference": 180,
+    "lab06-keras-run": 360,
     # lab 02-mirrored-strategy: Keras fit on 4 devices, and tests that build and trace many strategies
-    "ms-setup": 120,
-    "ms-fit": 300,
-    "ms-test-global-batch": 120,
-    "ms-test-build": 180,
-    "ms-test-step": 180,
+    "lab02-setup": 120,
+    "lab02-fit": 300,
+    "lab02-test-global-batch": 120,
+    "lab02-test-build": 180,
+    "lab02-test-step": 180,
     # Lab 7 (DDP + SyncBN): each cell launches torchrun once or twice (a few seconds each when the
     # machine is idle; much more on a shared, loaded node).
-    "ddp-test-loss": 240,
-    "ddp-test-syncbn": 240,
-    "ddp-test-save": 240,
-    "ddp-test-weights": 240,
-    "ddp-run": 300,
+    "lab07-test-loss": 240,
+    "lab07-test-syncbn": 240,
+    "lab07-test-save": 240,
+    "lab07-test-weights": 240,
+    "lab07-run": 300,
     # Lab 8 (ZeRO): one cell launches the test worker on 2, 3 and 4 ranks (about 15 s idle; a
     # loaded 2-core box takes several times that).
-    "zero-run": 300,
+    "lab09-run": 300,
 }
 
 

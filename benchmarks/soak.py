@@ -85,8 +85,8 @@ class Workspace:
     def __init__(self, root: Path, legacy_exit: bool) -> None:
         self.root, self.legacy_exit = root, legacy_exit
         for nb in ["course/00-setup-and-devices.ipynb", "course/05-ring-allreduce.ipynb",
-                   "course/07-ddp-syncbn.ipynb", "solutions/05-ring-allreduce/ring.ipynb",
-                   "solutions/07-ddp-syncbn/ddp.ipynb"]:
+                   "course/07-ddp-syncbn.ipynb", "solutions/05-ring-allreduce/ring-allreduce.ipynb",
+                   "solutions/07-ddp-syncbn/ddp-syncbn.ipynb"]:
             for rel, body in writefiles(ROOT / nb).items():
                 self.write(rel, body)
         for rel in ["tests/workers/ranks.py", "tests/workers/ring_worker.py",

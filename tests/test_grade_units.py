@@ -26,22 +26,22 @@ def test_repair_restores_lost_and_changed_metadata_and_names_deleted_cells():
     cells = []
     for cell in nb["cells"]:
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if gid == "test-tf-parallel":
+        if gid == "lab01-test-tf-parallel":
             del cell["metadata"]["nbgrader"]
             cell["source"] = "".join(cell["source"]) + "\n# my note"  # still recognisable
-        elif gid == "test-torch-pinned":
+        elif gid == "lab01-test-torch-pinned":
             cell["metadata"]["nbgrader"].update(points=100, grade=False)
-        elif gid == "test-tf-prefetch":
+        elif gid == "lab01-test-tf-prefetch":
             continue
         cells.append(cell)
     nb["cells"] = cells + [{"cell_type": "code", "metadata": {}, "source": "print('scratch')",
                             "outputs": [], "execution_count": None}]
     fixed, notes = grade.repair(nb, RELEASE)
-    assert meta(fixed, "test-tf-parallel") == meta(RELEASE, "test-tf-parallel")
-    assert meta(fixed, "test-torch-pinned") == meta(RELEASE, "test-torch-pinned")
-    assert sorted(notes) == ["re-added the deleted cell test-tf-prefetch",
-                             "restored the lost metadata of test-tf-parallel",
-                             "restored the metadata of test-torch-pinned"]
+    assert meta(fixed, "lab01-test-tf-parallel") == meta(RELEASE, "lab01-test-tf-parallel")
+    assert meta(fixed, "lab01-test-torch-pinned") == meta(RELEASE, "lab01-test-torch-pinned")
+    assert sorted(notes) == ["re-added the deleted cell lab01-test-tf-prefetch",
+                             "restored the lost metadata of lab01-test-tf-parallel",
+                             "restored the metadata of lab01-test-torch-pinned"]
     assert fixed["cells"][-1]["metadata"] == {}, "a student's own cell stays theirs"
 
 

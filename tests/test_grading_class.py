@@ -20,7 +20,7 @@ import psutil
 import pytest
 from gradekit import ROOT, grade_all, submission as fill
 
-import test_grading as lab1
+import test_grading_01_input_pipeline as lab1
 
 sys.path.insert(0, str(ROOT / "tools"))
 import sandbox  # noqa: E402
@@ -40,7 +40,7 @@ seen = []
 for path in glob.glob("{ROOT}/solutions/{LAB}/*.ipynb") + glob.glob("{course}/**/source/{LAB}/*.ipynb", recursive=True):
     seen.append(path)
     for c in json.load(open(path))["cells"]:
-        if c["metadata"].get("nbgrader", {{}}).get("grade_id") == "fast-tf-pipeline":
+        if c["metadata"].get("nbgrader", {{}}).get("grade_id") == "lab01-fast-tf-pipeline":
             exec("".join(c["source"]))
 for db in glob.glob("{course}/**/gradebook.db", recursive=True) + glob.glob("../../../*.db"):
     seen.append(db)
@@ -85,13 +85,13 @@ def tampered() -> dict:
     cells = []
     for cell in nb["cells"]:
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if gid == "test-tf-parallel":
+        if gid == "lab01-test-tf-parallel":
             cell["metadata"].pop("nbgrader")
-        elif gid == "test-torch-pinned":
+        elif gid == "lab01-test-torch-pinned":
             cell["metadata"]["nbgrader"]["points"] = 100
-        elif gid == "test-torch-same-batches":
+        elif gid == "lab01-test-torch-same-batches":
             cell["source"] = "pass"
-        elif gid == "test-tf-prefetch":
+        elif gid == "lab01-test-tf-prefetch":
             continue
         cells.append(cell)
     nb["cells"] = cells
@@ -126,9 +126,9 @@ def graded(tmp_path_factory):
     subs = work / "submissions"  # where gradekit writes them
     first = {
         "victim": {NB: fill(lab1.RELEASE, lab1.CORRECT)},
-        "cheat": {NB: fill(lab1.RELEASE, {**lab1.CORRECT, "fast-tf-pipeline": cheat(subs, course)})},
-        "vandal": {NB: fill(lab1.RELEASE, {**lab1.CORRECT, "fast-torch-loader":
-                                            lab1.CORRECT["fast-torch-loader"] + "\n" + vandal(subs, course)})},
+        "cheat": {NB: fill(lab1.RELEASE, {**lab1.CORRECT, "lab01-fast-tf-pipeline": cheat(subs, course)})},
+        "vandal": {NB: fill(lab1.RELEASE, {**lab1.CORRECT, "lab01-fast-torch-loader":
+                                            lab1.CORRECT["lab01-fast-torch-loader"] + "\n" + vandal(subs, course)})},
         "tamper": {NB: tampered()},
         "wrong": {NB: fill(lab1.RELEASE, lab1.WRONG)},
     }
@@ -168,9 +168,9 @@ def test_nothing_outlives_grading(graded):
 def test_tampered_test_cells_are_restored(graded):
     row = graded["rows1"]["tamper"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "10", "10"), row
-    assert "restored the lost metadata of test-tf-parallel" in row["notes"]
-    assert "restored the metadata of test-torch-pinned" in row["notes"]
-    assert "re-added the deleted cell test-tf-prefetch" in row["notes"]
+    assert "restored the lost metadata of lab01-test-tf-parallel" in row["notes"]
+    assert "restored the metadata of lab01-test-torch-pinned" in row["notes"]
+    assert "re-added the deleted cell lab01-test-tf-prefetch" in row["notes"]
     assert graded["rows1"]["wrong"]["score"] == "5"
 
 
@@ -180,8 +180,8 @@ def test_a_late_batch_changes_only_its_own_students(graded):
     assert after == {**before, "wrong": "10", "late": "10"}
     # every test cell of every student, one row each, and a course total per student
     cells = {r["cell"] for r in graded["after"] if r["lab"] == LAB} - {"(lab total)"}
-    assert cells == {"test-tf-same-batches", "test-tf-parallel", "test-tf-prefetch",
-                     "test-torch-same-batches", "test-torch-workers", "test-torch-pinned"}
+    assert cells == {"lab01-test-tf-same-batches", "lab01-test-tf-parallel", "lab01-test-tf-prefetch",
+                     "lab01-test-torch-same-batches", "lab01-test-torch-workers", "lab01-test-torch-pinned"}
     course = {r["student"]: (r["points"], r["max_points"]) for r in graded["after"] if r["lab"] == "(course)"}
     assert course["late"][0] == "10" and float(course["late"][1]) >= 10
 
@@ -216,7 +216,7 @@ def test_self_check_exit_code(tmp_path):
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 1, done.stdout + done.stderr
     table = dict(re.findall(r"^(test-[\w-]+)\s+\S+\s+(passed|FAILED)", done.stdout, re.M))
-    assert table == {"test-tf-same-batches": "passed", "test-tf-parallel": "FAILED",
-                     "test-tf-prefetch": "passed", "test-torch-same-batches": "FAILED",
-                     "test-torch-workers": "passed", "test-torch-pinned": "FAILED"}, done.stdout
+    assert table == {"lab01-test-tf-same-batches": "passed", "lab01-test-tf-parallel": "FAILED",
+                     "lab01-test-tf-prefetch": "passed", "lab01-test-torch-same-batches": "FAILED",
+                     "lab01-test-torch-workers": "passed", "lab01-test-torch-pinned": "FAILED"}, done.stdout
     assert f"{NB}: 5 / 10 visible points, 3 test cell(s) failed" in done.stdout

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.relative_to(ROOT).as_posix() for d in ("course", "solutions")
                    for p in (ROOT / d).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
                    and "runs" not in p.parts)
-LISTED = yaml.safe_load((ROOT / "tests" / "notebooks.yml").read_text())
+LISTED = yaml.safe_load((ROOT / "tools" / "notebooks.yml").read_text())
 
 
 def cells(rel: str) -> list[dict]:
@@ -28,7 +28,7 @@ def source(cell: dict) -> str:
 
 def test_every_notebook_is_listed_for_ci():
     assert NOTEBOOKS, "no notebooks found"
-    assert sorted(LISTED) == NOTEBOOKS, "tests/notebooks.yml must list exactly the notebooks"
+    assert sorted(LISTED) == NOTEBOOKS, "tools/notebooks.yml must list exactly the notebooks"
 
 
 @pytest.mark.parametrize("rel", NOTEBOOKS)
@@ -98,6 +98,95 @@ def test_checked_cells_have_recorded_outputs(rel):
         if c["cell_type"] == "code" and "NBVAL_CHECK_OUTPUT" in source(c):
             assert c.get("execution_count") and c.get("outputs"), (
                 f"{rel}: a NBVAL_CHECK_OUTPUT cell has no recorded output: run the notebook and save")
+
+
+TEMPLATE = ("Overview", "Parameters", "Setup", "<numbered sections>", "What to take away", "Exercises",
+            "Next steps")
+
+
+def sections(rel: str) -> list[tuple[str, int]]:
+    """The notebook's level-2 headings, each with the index of the cell holding it."""
+    found = []
+    for i, c in enumerate(cells(rel)):
+        if c["cell_type"] == "markdown":
+            found += [(m.group(1).strip(), i) for m in re.finditer(r"^## (.+)$", source(c), re.M)]
+    return found
+
+
+def title_number(rel: str) -> tuple[str, str]:
+    """('Chapter'|'Lab', 'N') that the notebook's file or folder name says it must carry."""
+    if rel.startswith("course/"):
+        return "Chapter", str(int(rel.split("/")[1][:2]))
+    return "Lab", str(int(rel.split("/")[1][:2]))
+
+
+@pytest.mark.parametrize("rel", NOTEBOOKS)
+def test_follows_the_notebook_template(rel):
+    """CONTRIBUTING's template: title, Overview, Parameters, Setup, 1. 2. ..., take-aways, exercises, next."""
+    kind, number = title_number(rel)
+    first = source(cells(rel)[0])
+    assert re.match(rf"# {kind} {number} — \S", first), (
+        f"{rel}: the first cell must start with the title '# {kind} {number} — <title>'")
+    heads = sections(rel)
+    names = [h for h, _ in heads]
+    numbered = [h for h in names if re.match(r"\d+\. ", h)]
+    assert numbered and [int(h.split(".")[0]) for h in numbered] == list(range(1, len(numbered) + 1)), (
+        f"{rel}: numbered sections must run 1., 2., 3., ... (found {numbered})")
+    shape = [h if not re.match(r"\d+\. ", h) else "<numbered sections>" for h in names]
+    shape = [h for i, h in enumerate(shape) if i == 0 or h != shape[i - 1]]
+    assert tuple(shape) == TEMPLATE, f"{rel}: level-2 headings must be {TEMPLATE}, found {names}"
+    where = dict(heads)
+    assert where["Overview"] == 0, f"{rel}: '## Overview' belongs in the first cell, under the title"
+    assert re.search(r"you will learn", first, re.I), f"{rel}: the Overview says what you will learn"
+    tagged = [i for i, c in enumerate(cells(rel)) if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert tagged and where["Parameters"] < tagged[0] < where["Setup"], (
+        f"{rel}: the parameters cell belongs between '## Parameters' and '## Setup'")
+    text = "\n".join(source(c) for c in cells(rel)[where["Exercises"]:where["Next steps"]]
+                     if c["cell_type"] == "markdown")
+    assert re.search(r"\bhint", text, re.I) and re.search(r"not graded|ungraded", text, re.I), (
+        f"{rel}: the Exercises section says the exercises are not graded and gives hints")
+    nxt = "\n".join(source(c) for c in cells(rel)[where["Next steps"]:] if c["cell_type"] == "markdown")
+    assert len(nxt.split("## Next steps", 1)[1].strip()) > 20, f"{rel}: say what comes next"
+
+
+@pytest.mark.parametrize("rel", NOTEBOOKS)
+def test_sources_are_named(rel):
+    """Student text names the articles it draws on by title (README's References), never 'the seed'."""
+    for c in cells(rel):
+        if c["cell_type"] == "markdown" or c["cell_type"] == "code":
+            assert not re.search(r"\bseed(?:'s)? (?:article|text|example|tutorial|source)|\bthe seed\b(?!\s*=)",
+                                 source(c), re.I), f"{rel}: name the source by its title, not 'the seed'"
+
+
+def test_lab_names_follow_the_scheme():
+    """labs: solutions/NN-<slug>/<slug>.ipynb after chapter NN; grade ids labNN-...; tests test_grading_NN_<slug>."""
+    chapters = {p.name[:2] for p in (ROOT / "course").glob("[0-9][0-9]-*.ipynb")}
+    for rel in NOTEBOOKS:
+        if not rel.startswith("solutions/"):
+            continue
+        folder, name = rel.split("/")[1:]
+        number, slug = folder[:2], folder[3:]
+        assert re.fullmatch(r"\d\d-[a-z0-9]+(?:-[a-z0-9]+)*", folder), f"{rel}: lab folder NN-<slug>"
+        assert name == f"{slug}.ipynb", f"{rel}: the notebook of lab {folder} is {slug}.ipynb"
+        assert number in chapters, f"{rel}: lab {number} follows chapter {number}, which does not exist"
+        assert (ROOT / "tests" / f"test_grading_{folder.replace('-', '_')}.py").exists(), (
+            f"{rel}: its grading test is tests/test_grading_{folder.replace('-', '_')}.py")
+        for c in cells(rel):
+            gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            if gid:
+                test = c["metadata"]["nbgrader"].get("grade", False)
+                pattern = rf"lab{number}-test-[a-z0-9-]+" if test else rf"lab{number}-(?!test-)[a-z0-9-]+"
+                assert re.fullmatch(pattern, gid), f"{rel}: grade id {gid!r} must match {pattern}"
+
+
+def test_student_labs_carry_no_ci_machinery():
+    """A released lab holds nothing that only CI reads: no nbval markers, no CI-only branches."""
+    for nb in sorted((ROOT / "labs").glob("*/*.ipynb")):
+        for c in json.loads(nb.read_text())["cells"]:
+            text = source(c)
+            assert "NBVAL" not in text, f"{nb.relative_to(ROOT)}: nbval marker in a student lab"
+            assert not re.search(r"environ(?:\.get)?\(?\[?[\"']CI[\"']", text), (
+                f"{nb.relative_to(ROOT)}: CI-only code in a student lab")
 
 
 def test_grade_ids_are_unique_and_slow_cells_exist():

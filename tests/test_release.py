@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from gradekit import ROOT, submission
-from test_grading import CORRECT
+from test_grading_01_input_pipeline import CORRECT
 
 _spec = importlib.util.spec_from_file_location("dpc_release", ROOT / "tools" / "release.py")
 release = importlib.util.module_from_spec(_spec)

@@ -15,7 +15,7 @@ import soak  # noqa: E402
 
 
 def test_writefiles_extracts_the_workers_of_a_notebook():
-    files = soak.writefiles(ROOT / "solutions/07-ddp-syncbn/ddp.ipynb")
+    files = soak.writefiles(ROOT / "solutions/07-ddp-syncbn/ddp-syncbn.ipynb")
     assert "runs/07/check.py" in files and "runs/07/lab_setup.py" in files
     assert not any(body.startswith("%%writefile") for body in files.values())
 

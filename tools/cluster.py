@@ -389,7 +389,7 @@ def cases(out: Path) -> list[Case]:
 
 
 # The one notebook solutions.sbatch runs in `make cluster-test`: small and quick (about 20 s alone).
-SOLUTIONS_CI_NOTEBOOK = "solutions/05-ring-allreduce/ring.ipynb"
+SOLUTIONS_CI_NOTEBOOK = "solutions/05-ring-allreduce/ring-allreduce.ipynb"
 
 
 def results(output: str) -> dict[int, dict[str, object]]:

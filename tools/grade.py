@@ -48,7 +48,7 @@ import sandbox  # noqa: E402
 
 # Ranks (processes) one grading of a lab keeps busy at once: the default number of jobs is the
 # machine's cores divided by this.
-LAB_RANKS = {"05-ring-allreduce": 2, "06-horovod": 2, "07-ddp-syncbn": 2, "08-zero": 2}
+LAB_RANKS = {"05-ring-allreduce": 2, "06-horovod": 2, "07-ddp-syncbn": 2, "09-zero": 2}
 
 
 @dataclass

@@ -2,9 +2,9 @@
 
     python tools/solutions.py [--ci] [--only SUBSTRING] [--out build/solutions]
 
-`make solutions` runs this. The notebooks and what they need are declared in tests/notebooks.yml:
+`make solutions` runs this. The notebooks and what they need are declared in tools/notebooks.yml:
 
-    solutions/07-ddp-syncbn/ddp.ipynb:
+    solutions/07-ddp-syncbn/ddp-syncbn.ipynb:
       ci: {N_STEPS: 2}                 # small parameters (CI, --ci)
       gpu: {N_RANKS: gpus}             # parameters on a machine with GPUs; `gpus` = their number
                                        # when >= 2 (with one GPU the notebook's default stands:
@@ -33,7 +33,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFEST = ROOT / "tests" / "notebooks.yml"
+MANIFEST = ROOT / "tools" / "notebooks.yml"
 sys.path.insert(0, str(ROOT / "src"))
 from helpers.metrics import ENV as METRICS_ENV, read as read_metrics  # noqa: E402
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import pytest
 from gradekit import ROOT, grade_all, lost, submission as fill
 
-LAB = "08-zero"
+LAB = "09-zero"
 RELEASE = ROOT / "labs" / LAB / "zero.ipynb"
-POINTS = {"zero-test-bounds": 2, "zero-test-grad": 2, "zero-test-gather": 2, "zero-test-weights": 3,
-          "zero-test-memory": 2}
+POINTS = {"lab09-test-bounds": 2, "lab09-test-grad": 2, "lab09-test-gather": 2, "lab09-test-weights": 3,
+          "lab09-test-memory": 2}
 
 BOUNDS = '''%%writefile runs/08/zero_bounds.py
 
@@ -70,10 +70,10 @@ def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
     sgd_momentum(flat_params[start:stop], grad, state, lr)
     gather_params(flat_params, shards, rank)
 '''
-CORRECT = {"zero-bounds": BOUNDS, "zero-grad": GRAD, "zero-gather": GATHER, "zero-step": STEP}
+CORRECT = {"lab09-bounds": BOUNDS, "lab09-grad": GRAD, "lab09-gather": GATHER, "lab09-step": STEP}
 # Correct too, written differently: sizes listed first, all-reduce then slice, a broadcast per owner.
 DIFFERENT = {
-    "zero-bounds": '''%%writefile runs/08/zero_bounds.py
+    "lab09-bounds": '''%%writefile runs/08/zero_bounds.py
 
 
 def shard_bounds(numel, world_size, rank):
@@ -81,7 +81,7 @@ def shard_bounds(numel, world_size, rank):
     start = sum(sizes[:rank])
     return int(start), int(start + sizes[rank])
 ''',
-    "zero-grad": '''%%writefile runs/08/zero_grad.py
+    "lab09-grad": '''%%writefile runs/08/zero_grad.py
 import torch.distributed as dist
 
 
@@ -90,7 +90,7 @@ def grad_shard(flat_grad, shards, rank):
     start, stop = shards[rank]
     return flat_grad[start:stop].clone() / dist.get_world_size()
 ''',
-    "zero-gather": '''%%writefile runs/08/zero_gather.py
+    "lab09-gather": '''%%writefile runs/08/zero_gather.py
 import torch.distributed as dist
 
 
@@ -100,7 +100,7 @@ def gather_params(flat_params, shards, rank):
         dist.broadcast(piece, src=owner)
         flat_params.data[a:b] = piece
 ''',
-    "zero-step": '''%%writefile runs/08/zero_step.py
+    "lab09-step": '''%%writefile runs/08/zero_step.py
 import zero_bounds
 import zero_gather
 import zero_grad
@@ -119,7 +119,7 @@ def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
 WRONG_BOUNDS_AND_SUM = {
     **CORRECT,
     # every slice numel // N long: the last numel % N parameters belong to nobody
-    "zero-bounds": '''%%writefile runs/08/zero_bounds.py
+    "lab09-bounds": '''%%writefile runs/08/zero_bounds.py
 
 
 def shard_bounds(numel, world_size, rank):
@@ -127,10 +127,10 @@ def shard_bounds(numel, world_size, rank):
     return rank * size, (rank + 1) * size
 ''',
     # the gradients summed over ranks, not averaged
-    "zero-grad": GRAD.replace("return mine / len(shards)", "return mine"),
+    "lab09-grad": GRAD.replace("return mine / len(shards)", "return mine"),
 }
 # DDP's optimizer: the whole averaged gradient and the whole vector stepped on every rank
-WRONG_WHOLE = {**CORRECT, "zero-step": '''%%writefile runs/08/zero_step.py
+WRONG_WHOLE = {**CORRECT, "lab09-step": '''%%writefile runs/08/zero_step.py
 import torch.distributed as dist
 from zero_sgd import sgd_momentum
 
@@ -140,7 +140,7 @@ def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
     sgd_momentum(flat_params, flat_grad / world_size, state, lr)
 '''}
 # the all-gather forgotten: each rank only ever sees its own slice move
-WRONG_NO_GATHER = {**CORRECT, "zero-gather": '''%%writefile runs/08/zero_gather.py
+WRONG_NO_GATHER = {**CORRECT, "lab09-gather": '''%%writefile runs/08/zero_gather.py
 
 
 def gather_params(flat_params, shards, rank):
@@ -151,9 +151,9 @@ SUBMISSIONS = {"correct": CORRECT, "different": DIFFERENT, "bounds-and-sum": WRO
 EXPECTED_LOST = {
     "correct": set(),
     "different": set(),
-    "bounds-and-sum": {"zero-test-bounds", "zero-test-grad", "zero-test-weights"},
-    "whole-model": {"zero-test-memory"},
-    "no-gather": {"zero-test-gather", "zero-test-weights"},
+    "bounds-and-sum": {"lab09-test-bounds", "lab09-test-grad", "lab09-test-weights"},
+    "whole-model": {"lab09-test-memory"},
+    "no-gather": {"lab09-test-gather", "lab09-test-weights"},
 }
 
 

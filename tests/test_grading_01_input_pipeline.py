@@ -14,26 +14,26 @@ LAB = "01-input-pipeline"
 RELEASE = ROOT / "labs" / LAB / "input-pipeline.ipynb"
 
 CORRECT = {
-    "fast-tf-pipeline": '''def fast_tf_pipeline(source, batch_size):
+    "lab01-fast-tf-pipeline": '''def fast_tf_pipeline(source, batch_size):
     ds = tf.data.Dataset.range(len(source))
     ds = ds.map(lambda i: load_tf(source, i), num_parallel_calls=tf.data.AUTOTUNE)
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)''',
-    "fast-torch-loader": '''def fast_torch_loader(dataset, batch_size, device):
+    "lab01-fast-torch-loader": '''def fast_torch_loader(dataset, batch_size, device):
     return DataLoader(dataset, batch_size=batch_size, num_workers=3,
                       pin_memory=device.type == "cuda")''',
 }
 # Typical mistakes: a prefetch but no parallel map; workers but shuffled and always pinned.
 WRONG = {
-    "fast-tf-pipeline": '''def fast_tf_pipeline(source, batch_size):
+    "lab01-fast-tf-pipeline": '''def fast_tf_pipeline(source, batch_size):
     return slow_tf_pipeline(source, batch_size).prefetch(tf.data.AUTOTUNE)''',
-    "fast-torch-loader": '''def fast_torch_loader(dataset, batch_size, device):
+    "lab01-fast-torch-loader": '''def fast_torch_loader(dataset, batch_size, device):
     return DataLoader(dataset, batch_size=batch_size, num_workers=2, shuffle=True,
                       pin_memory=True)''',
 }
 # A debugging loop left in a cell: interrupted at the cell timeout, the rest is graded.
-LOOPING = {**CORRECT, "fast-tf-pipeline": "while True:\n    pass"}
+LOOPING = {**CORRECT, "lab01-fast-tf-pipeline": "while True:\n    pass"}
 # A loop that swallows the interrupt itself: only the wall-clock limit per student stops it.
-SURVIVOR = {**CORRECT, "fast-tf-pipeline": '''import time
+SURVIVOR = {**CORRECT, "lab01-fast-tf-pipeline": '''import time
 while True:
     try:
         time.sleep(0.1)
@@ -64,15 +64,15 @@ def test_correct_submission_gets_full_marks(graded):
 def test_typical_mistakes_lose_the_right_points(graded):
     row = graded["wrong"]
     assert row["status"] == "graded"
-    assert lost(row) == {"test-tf-parallel", "test-torch-same-batches", "test-torch-pinned"}
+    assert lost(row) == {"lab01-test-tf-parallel", "lab01-test-torch-same-batches", "lab01-test-torch-pinned"}
     assert row["score"] == "5"
 
 
 def test_infinite_loop_is_cut_and_the_rest_graded(graded):
     row = graded["looping"]
     assert row["status"] == "graded"
-    assert row["test-tf-same-batches"] == row["test-tf-parallel"] == row["test-tf-prefetch"] == "0"
-    assert (row["test-torch-same-batches"], row["test-torch-workers"], row["test-torch-pinned"]) == ("2", "2", "1")
+    assert row["lab01-test-tf-same-batches"] == row["lab01-test-tf-parallel"] == row["lab01-test-tf-prefetch"] == "0"
+    assert (row["lab01-test-torch-same-batches"], row["lab01-test-torch-workers"], row["lab01-test-torch-pinned"]) == ("2", "2", "1")
     assert row["score"] == "5"
 
 

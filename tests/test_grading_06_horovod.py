@@ -17,7 +17,7 @@ from gradekit import ROOT, grade_all, lost, submission as fill
 LAB = "06-horovod"
 RELEASE = ROOT / "labs" / LAB / "horovod.ipynb"
 SOURCE = ROOT / "solutions" / LAB / "horovod.ipynb"
-ANSWERS = ("hvd-torch-script", "hvd-keras-script")
+ANSWERS = ("lab06-torch-script", "lab06-keras-script")
 
 
 def solution(grade_id: str) -> str:
@@ -39,18 +39,18 @@ def edit(text: str, old: str, new: str) -> str:
 CORRECT = {g: solution(g) for g in ANSWERS}
 
 # PyTorch: no broadcast of rank 0's state, and every rank writes the checkpoints.
-_torch = edit(CORRECT["hvd-torch-script"],
+_torch = edit(CORRECT["lab06-torch-script"],
               "    hvd.broadcast_parameters(model.state_dict(), root_rank=0)\n", "")
 _torch = edit(_torch, "    hvd.broadcast_optimizer_state(opt, root_rank=0)\n", "")
 _torch = edit(_torch, "if step % CKPT_EVERY == 0 and hvd.rank() == 0:", "if step % CKPT_EVERY == 0:")
 # Keras: the learning rate is not scaled by the number of ranks.
-_keras = edit(CORRECT["hvd-keras-script"], "SGD(BASE_LR * hvd.size())", "SGD(BASE_LR)")
-WRONG = {"hvd-torch-script": _torch, "hvd-keras-script": _keras}
+_keras = edit(CORRECT["lab06-keras-script"], "SGD(BASE_LR * hvd.size())", "SGD(BASE_LR)")
+WRONG = {"lab06-torch-script": _torch, "lab06-keras-script": _keras}
 
 TESTS = {  # test cell -> points
-    "hvd-test-torch-consistent": 2, "hvd-test-torch-matches": 2, "hvd-test-torch-lr": 1,
-    "hvd-test-torch-checkpoints": 2, "hvd-test-keras-consistent": 2, "hvd-test-keras-matches": 2,
-    "hvd-test-keras-lr": 1, "hvd-test-keras-checkpoints": 1,
+    "lab06-test-torch-consistent": 2, "lab06-test-torch-matches": 2, "lab06-test-torch-lr": 1,
+    "lab06-test-torch-checkpoints": 2, "lab06-test-keras-consistent": 2, "lab06-test-keras-matches": 2,
+    "lab06-test-keras-lr": 1, "lab06-test-keras-checkpoints": 1,
 }
 
 
@@ -79,6 +79,6 @@ def test_typical_mistakes_lose_exactly_their_points(graded):
     # every rank checkpointing: the log names rank 1 too. The PyTorch lr is right: kept.
     # Unscaled Keras lr: the lr test and the match with the single-process run fail; the ranks
     # still agree with each other and only rank 0 checkpoints: kept.
-    assert lost(row) == {"hvd-test-torch-consistent", "hvd-test-torch-matches",
-                         "hvd-test-torch-checkpoints", "hvd-test-keras-matches", "hvd-test-keras-lr"}
+    assert lost(row) == {"lab06-test-torch-consistent", "lab06-test-torch-matches",
+                         "lab06-test-torch-checkpoints", "lab06-test-keras-matches", "lab06-test-keras-lr"}
     assert float(row["score"]) == 1 + 2 + 1  # torch-lr, keras-consistent, keras-checkpoints

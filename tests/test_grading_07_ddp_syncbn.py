@@ -13,9 +13,9 @@ import pytest
 from gradekit import ROOT, grade_all, lost, submission as fill
 
 LAB = "07-ddp-syncbn"
-RELEASE = ROOT / "labs" / LAB / "ddp.ipynb"
-POINTS = {"ddp-test-env": 2, "ddp-test-shards": 2, "ddp-test-reshuffle": 2, "ddp-test-loss": 2,
-          "ddp-test-syncbn": 3, "ddp-test-save": 2, "ddp-test-weights": 3}
+RELEASE = ROOT / "labs" / LAB / "ddp-syncbn.ipynb"
+POINTS = {"lab07-test-env": 2, "lab07-test-shards": 2, "lab07-test-reshuffle": 2, "lab07-test-loss": 2,
+          "lab07-test-syncbn": 3, "lab07-test-save": 2, "lab07-test-weights": 3}
 
 SETUP = '''%%writefile runs/07/lab_setup.py
 import os
@@ -96,18 +96,18 @@ def save_checkpoint(model, path, cfg):
     if cfg["distributed"]:
         dist.barrier()
 '''
-CORRECT = {"ddp-setup": SETUP, "ddp-data": DATA, "ddp-train": TRAIN, "ddp-syncbn": SYNCBN,
-           "ddp-save": SAVE}
+CORRECT = {"lab07-setup": SETUP, "lab07-data": DATA, "lab07-train": TRAIN, "lab07-syncbn": SYNCBN,
+           "lab07-save": SAVE}
 # The typical mistakes, each breaking a different test cell.
 WRONG = {
     # the locked parameters cell edited: restored from the source when graded
-    "ddp-parameters": "raise RuntimeError('a student edited the locked parameters cell')\n",
+    "lab07-parameters": "raise RuntimeError('a student edited the locked parameters cell')\n",
     **CORRECT,
     # no set_epoch (same shuffle every epoch), and the loss summed over ranks, not averaged
-    "ddp-train": TRAIN.replace("    sampler.set_epoch(epoch)\n", "").replace(
+    "lab07-train": TRAIN.replace("    sampler.set_epoch(epoch)\n", "").replace(
         "return value / cfg[\"world_size\"]", "return value"),
     # per-rank mean and variance averaged over ranks instead of sums / sums of squares / counts
-    "ddp-syncbn": '''%%writefile runs/07/lab_syncbn.py
+    "lab07-syncbn": '''%%writefile runs/07/lab_syncbn.py
 import torch
 import torch.distributed as dist
 
@@ -123,7 +123,7 @@ def sync_stats(x, cfg):
     return mean, var, count
 ''',
     # every rank saves the checkpoint
-    "ddp-save": SAVE.replace('    if cfg["rank"] == 0:\n        net', '    if True:\n        net'),
+    "lab07-save": SAVE.replace('    if cfg["rank"] == 0:\n        net', '    if True:\n        net'),
 }
 
 
@@ -146,5 +146,5 @@ def test_correct_submission_gets_full_marks(graded):
 def test_typical_mistakes_lose_the_right_points(graded):
     row = graded["wrong"]
     assert row["status"] == "graded", row
-    assert lost(row) == {"ddp-test-reshuffle", "ddp-test-loss", "ddp-test-syncbn", "ddp-test-save"}, row
+    assert lost(row) == {"lab07-test-reshuffle", "lab07-test-loss", "lab07-test-syncbn", "lab07-test-save"}, row
     assert float(row["score"]) == sum(POINTS.values()) - 2 - 2 - 3 - 2

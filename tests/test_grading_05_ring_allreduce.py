@@ -13,7 +13,7 @@ from gradekit import ROOT, grade_all, lost, submission as fill
 import helpers
 
 LAB = "05-ring-allreduce"
-RELEASE = ROOT / "labs" / LAB / "ring.ipynb"
+RELEASE = ROOT / "labs" / LAB / "ring-allreduce.ipynb"
 
 SIM_RS = '''def sim_reduce_scatter(chunks, wire):
     n = len(chunks)
@@ -75,24 +75,24 @@ GOOD_STEP = dict(send_chunk="(rank - step) % n", recv_chunk="(rank - step - 1) %
 BAD_STEP = dict(send_chunk="(rank + step) % n", recv_chunk="(rank + step - 1) % n")
 
 CORRECT = {
-    "ring-sim-reduce-scatter": SIM_RS.format(chunk="(r - step) % n", payload="chunks[r][c]"),
-    "ring-sim-all-gather": SIM_AG.format(chunk="(r + 1 - step) % n"),
-    "ring-real": REAL.format(exchange=NONBLOCKING, **GOOD_STEP),
+    "lab05-sim-reduce-scatter": SIM_RS.format(chunk="(r - step) % n", payload="chunks[r][c]"),
+    "lab05-sim-all-gather": SIM_AG.format(chunk="(r + 1 - step) % n"),
+    "lab05-real": REAL.format(exchange=NONBLOCKING, **GOOD_STEP),
 }
 # Wrong step index in the simulated reduce-scatter, an all-gather that forwards the chunk it just
 # received the wrong way round, and a real ring whose ranks all send before receiving (deadlock).
 WRONG = {
-    "ring-sim-reduce-scatter": SIM_RS.format(chunk="(r + step) % n", payload="chunks[r][c]"),
-    "ring-sim-all-gather": SIM_AG.format(chunk="(r - step) % n"),
-    "ring-real": REAL.format(exchange=BLOCKING, **GOOD_STEP),
+    "lab05-sim-reduce-scatter": SIM_RS.format(chunk="(r + step) % n", payload="chunks[r][c]"),
+    "lab05-sim-all-gather": SIM_AG.format(chunk="(r - step) % n"),
+    "lab05-real": REAL.format(exchange=BLOCKING, **GOOD_STEP),
 }
 # Right sums but whole buffers on the wire in the simulation; wrong step index in the real ring.
 WASTEFUL = {
-    "ring-sim-all-gather": CORRECT["ring-sim-all-gather"],
-    "ring-real": REAL.format(exchange=NONBLOCKING, **BAD_STEP),
+    "lab05-sim-all-gather": CORRECT["lab05-sim-all-gather"],
+    "lab05-real": REAL.format(exchange=NONBLOCKING, **BAD_STEP),
 }
 # (sends every chunk each step, keeps only the one it needs: right sums, N times the traffic)
-WASTEFUL["ring-sim-reduce-scatter"] = '''def sim_reduce_scatter(chunks, wire):
+WASTEFUL["lab05-sim-reduce-scatter"] = '''def sim_reduce_scatter(chunks, wire):
     n = len(chunks)
     for step in range(n - 1):
         for r in range(n):
@@ -120,15 +120,15 @@ def test_correct_submission_gets_full_marks(graded):
 def test_wrong_step_wrong_chunk_and_deadlock_lose_their_points(graded):
     row = graded["wrong"]
     assert row["status"] == "graded", row
-    assert lost(row) == {"test-ring-sim-rs", "test-ring-sim-ag", "test-ring-real-exact",
-                         "test-ring-real-traffic"}, row
+    assert lost(row) == {"lab05-test-sim-rs", "lab05-test-sim-ag", "lab05-test-real-exact",
+                         "lab05-test-real-traffic"}, row
     assert row["score"] == "2"
 
 
 def test_wasted_traffic_and_wrong_real_step_lose_their_points(graded):
     row = graded["wasteful"]
     assert row["status"] == "graded", row
-    assert lost(row) == {"test-ring-sim-traffic", "test-ring-real-exact"}, row
+    assert lost(row) == {"lab05-test-sim-traffic", "lab05-test-real-exact"}, row
     assert row["score"] == "7"
 
 
@@ -138,7 +138,7 @@ def test_a_rank_that_never_reaches_the_ring_is_named(tmp_path):
     ranks left waiting for it. The lab's own check worker runs it, without the grader (~20 s)."""
     cells = {c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"])
              for c in json.loads(RELEASE.read_text())["cells"]}
-    (tmp_path / "ring_check.py").write_text(cells["ring-check-worker"].split("\n", 1)[1])
+    (tmp_path / "ring_check.py").write_text(cells["lab05-check-worker"].split("\n", 1)[1])
     # rank 1 never sends nor receives: it loops before its first message
     spinning = REAL.format(exchange=NONBLOCKING, **GOOD_STEP).replace(
         "    buf = torch.empty(", "    while rank == 1:\n        pass\n    buf = torch.empty(", 1)

@@ -41,18 +41,18 @@ STEP = '''def distributed_train_step(strategy, model, optimizer, batch, global_b
     return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)'''
 
 CORRECT = {
-    "ms-batch-lr": BATCH_LR.format(batch="per_replica * strategy.num_replicas_in_sync",
+    "lab02-batch-lr": BATCH_LR.format(batch="per_replica * strategy.num_replicas_in_sync",
                                    lr="base_lr * strategy.num_replicas_in_sync"),
-    "ms-build": BUILD,
-    "ms-train-step": STEP.format(
+    "lab02-build": BUILD,
+    "lab02-train-step": STEP.format(
         loss="tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)"),
 }
 WRONG = {
     # the locked parameters cell edited: restored from the source when graded
-    "ms-parameters": "raise RuntimeError('a student edited the locked parameters cell')\n",
-    "ms-batch-lr": BATCH_LR.format(batch="per_replica", lr="base_lr"),
-    "ms-build": BUILD,
-    "ms-train-step": STEP.format(loss="tf.reduce_mean(per_example)"),
+    "lab02-parameters": "raise RuntimeError('a student edited the locked parameters cell')\n",
+    "lab02-batch-lr": BATCH_LR.format(batch="per_replica", lr="base_lr"),
+    "lab02-build": BUILD,
+    "lab02-train-step": STEP.format(loss="tf.reduce_mean(per_example)"),
 }
 
 
@@ -74,6 +74,6 @@ def test_correct_submission_gets_full_marks(graded):
 def test_typical_mistakes_lose_exactly_their_points(graded):
     row = graded["wrong"]
     assert row["status"] == "graded", row
-    assert lost(row) == {"ms-test-global-batch", "ms-test-lr", "ms-test-step"}, row
-    assert row["ms-test-build"] == "2"
+    assert lost(row) == {"lab02-test-global-batch", "lab02-test-lr", "lab02-test-step"}, row
+    assert row["lab02-test-build"] == "2"
     assert row["score"] == "2"

@@ -22,7 +22,7 @@ import pytest
 from gradekit import ROOT, grade_all, lost, submission as fill
 
 LAB = "04-manual-towers"
-RELEASE = ROOT / "labs" / LAB / "towers.ipynb"
+RELEASE = ROOT / "labs" / LAB / "manual-towers.ipynb"
 
 AVERAGE = '''def average_gradients(tower_grads, weights=None):
     n = len(tower_grads)
@@ -49,11 +49,11 @@ STEP = '''def tower_step(model, optimizer, x, y, devices, sizes=None):
     optimizer.apply_gradients(average_gradients(tower_grads, shares))
     return sum(s * l for s, l in zip(shares, losses))'''
 
-CORRECT = {"tw-average-gradients": AVERAGE, "tw-tower-step": STEP}
+CORRECT = {"lab04-average-gradients": AVERAGE, "lab04-tower-step": STEP}
 
 SUMMING = {
     # The plain path sums; the weighted path is right.
-    "tw-average-gradients": '''def average_gradients(tower_grads, weights=None):
+    "lab04-average-gradients": '''def average_gradients(tower_grads, weights=None):
     out = []
     for pairs in zip(*tower_grads):
         grads = [g for g, _ in pairs]
@@ -63,7 +63,7 @@ SUMMING = {
             out.append((tf.add_n([w * g for w, g in zip(weights, grads)]), pairs[0][1]))
     return out''',
     # Every tower gets the whole batch; weights only passed for uneven splits.
-    "tw-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None):
+    "lab04-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None):
     tower_grads, losses = [], []
     for d in devices:
         with tf.device(d):
@@ -78,9 +78,9 @@ SUMMING = {
 }
 
 UNWEIGHTED = {
-    "tw-average-gradients": AVERAGE,
+    "lab04-average-gradients": AVERAGE,
     # Splits correctly but ignores the shares, and accumulates into new variables per tower.
-    "tw-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None):
+    "lab04-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None):
     n = len(devices)
     sizes = sizes or [x.shape[0] // n] * n
     xs, ys = tf.split(x, sizes), tf.split(y, sizes)
@@ -99,9 +99,9 @@ UNWEIGHTED = {
 
 
 OWN_VARIABLES = {
-    "tw-average-gradients": AVERAGE,
+    "lab04-average-gradients": AVERAGE,
     # Right slices, devices, weights and loss, but every tower builds its own copy of the weights.
-    "tw-tower-step": STEP.replace(
+    "lab04-tower-step": STEP.replace(
         """            with tf.GradientTape() as tape:
                 loss = loss_fn(ys[i], model(xs[i], training=True))
         tower_grads.append(list(zip(tape.gradient(loss, model.trainable_variables),
@@ -113,7 +113,7 @@ OWN_VARIABLES = {
             grads = tape.gradient(loss, replica.trainable_variables)
         tower_grads.append(list(zip(grads, model.trainable_variables)))"""),
 }
-assert "clone_model" in OWN_VARIABLES["tw-tower-step"], "the mutation must apply"
+assert "clone_model" in OWN_VARIABLES["lab04-tower-step"], "the mutation must apply"
 
 
 def submission(answers: dict[str, str]) -> dict:
@@ -141,19 +141,19 @@ def test_correct_submission_gets_full_marks(graded):
 def test_summing_and_not_splitting_lose_their_tests(graded):
     row = graded["summing"]
     assert row["status"] == "graded"
-    assert lost(row) == {"test-tw-average", "test-tw-equal", "test-tw-split"}
+    assert lost(row) == {"lab04-test-average", "lab04-test-equal", "lab04-test-split"}
     assert row["score"] == "6"
 
 
 def test_unweighted_uneven_average_and_new_variables_lose_their_tests(graded):
     row = graded["unweighted"]
     assert row["status"] == "graded"
-    assert lost(row) == {"test-tw-uneven", "test-tw-loss", "test-tw-shared"}
+    assert lost(row) == {"lab04-test-uneven", "lab04-test-loss", "lab04-test-shared"}
     assert row["score"] == "8"
 
 
 def test_own_variables_per_tower_lose_only_the_shared_test(graded):
     row = graded["own-variables"]
     assert row["status"] == "graded"
-    assert lost(row) == {"test-tw-shared"}, row
+    assert lost(row) == {"lab04-test-shared"}, row
     assert row["score"] == "11"
