@@ -94,7 +94,7 @@ def test_the_scan_catches_a_planted_answer(tmp_path: Path) -> None:
     (tmp_path / "notes.py").write_text("if True:\n      ds = ds.map(lambda i: load_tf(source, i), "
                                        "num_parallel_calls=tf.data.AUTOTUNE)  # !\n")
     leaks = release.find_leaks(tmp_path)
-    assert any("from 01-input-pipeline/input-pipeline.ipynb [fast-tf-pipeline]: answer" in x
+    assert any("from 01-input-pipeline/input-pipeline.ipynb [lab01-fast-tf-pipeline]: answer" in x
                and x.startswith("labs/lab.ipynb") for x in leaks), leaks
     assert any("hidden test" in x and x.startswith("labs/lab.ipynb") for x in leaks), leaks
     assert any(x.startswith("notes.py: 'ds = ds.map(lambda i") for x in leaks), leaks
