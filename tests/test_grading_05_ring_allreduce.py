@@ -1,4 +1,7 @@
-"""Grading of lab 05 (ring all-reduce): a correct submission gets full marks; typical mistakes
+"""Grading of lab 05 (ring all-reduce). Two correct submissions get full marks: the reference
+solution (from solutions/) and one written differently (the simulation posts every message of a
+step before applying any, the all-gather forwards the chunk it just received, the real ring
+receives before it sends and alternates blocking send/recv by rank parity). Typical mistakes
 (wrong ring step index, an all-gather that overwrites the wrong chunk, a ring that deadlocks
 because every rank sends before it receives, whole buffers sent instead of chunks) lose exactly
 the points of the tests they break, and a deadlock is stopped by its guard, not by the grader;
@@ -14,6 +17,19 @@ import helpers
 
 LAB = "05-ring-allreduce"
 RELEASE = ROOT / "labs" / LAB / "ring-allreduce.ipynb"
+SOURCE = ROOT / "solutions" / LAB / "ring-allreduce.ipynb"
+ANSWERS = ("lab05-sim-reduce-scatter", "lab05-sim-all-gather", "lab05-real")
+
+
+def solution(grade_id: str) -> str:
+    """The instructor's answer cell, without nbgrader's solution markers."""
+    for cell in json.loads(SOURCE.read_text())["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
+            lines = "".join(cell["source"]).split("\n")
+            return "\n".join(ln for ln in lines if "### BEGIN SOLUTION" not in ln
+                             and "### END SOLUTION" not in ln)
+    raise KeyError(grade_id)
+
 
 SIM_RS = '''def sim_reduce_scatter(chunks, wire):
     n = len(chunks)
@@ -74,10 +90,81 @@ BLOCKING = '''        dist.send(flat[s_lo:s_hi], right)  # every rank sends firs
 GOOD_STEP = dict(send_chunk="(rank - step) % n", recv_chunk="(rank - step - 1) % n")
 BAD_STEP = dict(send_chunk="(rank + step) % n", recv_chunk="(rank + step - 1) % n")
 
-CORRECT = {
-    "lab05-sim-reduce-scatter": SIM_RS.format(chunk="(r - step) % n", payload="chunks[r][c]"),
-    "lab05-sim-all-gather": SIM_AG.format(chunk="(r + 1 - step) % n"),
-    "lab05-real": REAL.format(exchange=NONBLOCKING, **GOOD_STEP),
+REFERENCE = {g: solution(g) for g in ANSWERS}
+# Correct, written another way: every message of a step posted before any is applied, loops over
+# receivers, the all-gather forwards what it just received (a while loop), and the real ring tracks
+# the chunk it forwards instead of computing it from the step, receives before it sends in the
+# reduce-scatter, and alternates blocking send/recv by rank parity in the all-gather.
+DIFFERENT = {
+    "lab05-sim-reduce-scatter": '''def sim_reduce_scatter(chunks, wire):
+    n = len(chunks)
+    for t in range(1, n):
+        inbox = []
+        for dst in range(n):
+            src = (dst - 1) % n
+            idx = (dst - t) % n
+            inbox.append((dst, idx, wire.send(src, dst, chunks[src][idx])))
+        for dst, idx, payload in inbox:
+            chunks[dst][idx] += payload
+''',
+    "lab05-sim-all-gather": '''def sim_all_gather(chunks, wire):
+    n = len(chunks)
+    forward = [(r + 1) % n for r in range(n)]  # the complete chunk each worker passes on next
+    left_to_do = n - 1
+    while left_to_do > 0:
+        arrived = {}
+        for r in range(n):
+            arrived[(r + 1) % n] = (forward[r], wire.send(r, (r + 1) % n, chunks[r][forward[r]]))
+        for r, (c, payload) in arrived.items():
+            chunks[r][c] = payload
+            forward[r] = c
+        left_to_do -= 1
+''',
+    "lab05-real": '''%%writefile runs/05/student_ring.py
+import torch
+import torch.distributed as dist
+from helpers.ring import chunk_bounds
+
+
+def reduce_scatter(flat):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    bounds = chunk_bounds(flat.numel(), n)
+    out_chunk = rank
+    for _ in range(n - 1):
+        in_chunk = (out_chunk - 1) % n
+        lo, hi = bounds[in_chunk]
+        incoming = torch.empty(hi - lo, dtype=flat.dtype)
+        got = dist.irecv(incoming, src=(rank - 1) % n)
+        a, b = bounds[out_chunk]
+        sent = dist.isend(flat[a:b], dst=(rank + 1) % n)
+        got.wait()
+        flat[lo:hi].add_(incoming)
+        sent.wait()
+        out_chunk = in_chunk
+
+
+def all_gather(flat):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    bounds = chunk_bounds(flat.numel(), n)
+    out_chunk = (rank + 1) % n
+    for _ in range(n - 1):
+        in_chunk = (out_chunk - 1) % n
+        out_view = flat[slice(*bounds[out_chunk])]
+        in_view = flat[slice(*bounds[in_chunk])]
+        if rank % 2 == 0:  # even ranks send first, odd ranks receive first: no deadlock
+            dist.send(out_view, (rank + 1) % n)
+            dist.recv(in_view, (rank - 1) % n)
+        else:
+            dist.recv(in_view, (rank - 1) % n)
+            dist.send(out_view, (rank + 1) % n)
+        out_chunk = in_chunk
+
+
+def ring_allreduce(flat):
+    reduce_scatter(flat)
+    all_gather(flat)
+    return flat
+''',
 }
 # Wrong step index in the simulated reduce-scatter, an all-gather that forwards the chunk it just
 # received the wrong way round, and a real ring whose ranks all send before receiving (deadlock).
@@ -88,7 +175,7 @@ WRONG = {
 }
 # Right sums but whole buffers on the wire in the simulation; wrong step index in the real ring.
 WASTEFUL = {
-    "lab05-sim-all-gather": CORRECT["lab05-sim-all-gather"],
+    "lab05-sim-all-gather": REFERENCE["lab05-sim-all-gather"],
     "lab05-real": REAL.format(exchange=NONBLOCKING, **BAD_STEP),
 }
 # (sends every chunk each step, keeps only the one it needs: right sums, N times the traffic)
@@ -108,12 +195,13 @@ WASTEFUL["lab05-sim-reduce-scatter"] = '''def sim_reduce_scatter(chunks, wire):
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {s: {name: fill(RELEASE, a)} for s, a in [
-        ("correct", CORRECT), ("wrong", WRONG), ("wasteful", WASTEFUL)]}
+        ("reference", REFERENCE), ("different", DIFFERENT), ("wrong", WRONG), ("wasteful", WASTEFUL)]}
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), notebook_timeout=600)
 
 
-def test_correct_submission_gets_full_marks(graded):
-    row = graded["correct"]
+@pytest.mark.parametrize("student", ["reference", "different"])
+def test_correct_submissions_get_full_marks(graded, student):
+    row = graded[student]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "12", "12"), row
 
 

@@ -314,6 +314,8 @@ def count_sends() -> dict[str, int]:
     import torch.distributed.distributed_c10d as c10d
 
     counts: dict[str, int] = {"bytes": 0, "messages": 0}
+    inside = threading.local()  # dist.send calls isend: count the outer call only
+
     for name in ("send", "isend"):
         original = getattr(c10d, name)
         if getattr(original, "_counted", False):
@@ -321,11 +323,16 @@ def count_sends() -> dict[str, int]:
 
         def wrapped(tensor: Any, dst: int | None = None, *args: Any, _f: Any = original,
                     **kwargs: Any) -> Any:
-            counts["bytes"] += tensor.numel() * tensor.element_size()
-            counts["messages"] += 1
-            peer = dst if dst is not None else kwargs.get("dst", kwargs.get("group_dst"))
-            counts[f"to {peer}"] = counts.get(f"to {peer}", 0) + tensor.numel() * tensor.element_size()
-            return _f(tensor, dst, *args, **kwargs)
+            if getattr(inside, "depth", 0) == 0:
+                counts["bytes"] += tensor.numel() * tensor.element_size()
+                counts["messages"] += 1
+                peer = dst if dst is not None else kwargs.get("dst", kwargs.get("group_dst"))
+                counts[f"to {peer}"] = counts.get(f"to {peer}", 0) + tensor.numel() * tensor.element_size()
+            inside.depth = getattr(inside, "depth", 0) + 1
+            try:
+                return _f(tensor, dst, *args, **kwargs)
+            finally:
+                inside.depth -= 1
 
         wrapped._counted = True  # type: ignore[attr-defined]
         wrapped.__wrapped__ = original  # type: ignore[attr-defined]

@@ -39,6 +39,12 @@ with deadlock_guard(60, "ring_worker checks"):
     ring_allreduce(torch.ones(numel))
     expect = ring_bytes_per_worker(numel * 4, n)
     assert counts["bytes"] == expect, (counts, expect)
+    # a blocking dist.send (torch implements it with isend) is one message, counted once
+    msg = torch.ones(10)
+    for op in ((dist.send, dist.recv) if rank % 2 == 0 else (dist.recv, dist.send)):
+        op(msg, (rank + 1) % n if op is dist.send else (rank - 1) % n)
+    expect += 40
+    assert (counts["bytes"], counts["messages"]) == (expect, 2 * (n - 1) + 1), (counts, expect)
     assert set(counts) == {"bytes", "messages", f"to {(rank + 1) % n}"}, counts
 print(f"ok rank {rank} of {n}: {checked} ring checks, {counts['bytes']} bytes sent to the right")
 report(checked=checked, bytes_sent=counts["bytes"])
