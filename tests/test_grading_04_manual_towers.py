@@ -3,14 +3,17 @@ autograded by tools/grade.py; a correct submission gets full marks and the typic
 exactly the points of the tests they break.
 
 Four submissions keep it cheap (each grading run starts TensorFlow with 4 logical devices):
-  correct  - the solution;
+  correct  - a correct solution written differently from the reference (an index loop and
+             tf.tensordot for the average; the clipping scale computed by hand from the global norm);
   summing  - sums the tower gradients instead of averaging them, and gives every tower the whole
              batch (forgot to split): loses the plain-average test, the equality test (N times
              too large a step) and the split test — and nothing else: with the whole batch on
-             every tower the weighted average and the loss happen to stay right;
-  unweighted - averages gradients and losses without the shares when the slices are uneven, and
-             keeps a gradient buffer per tower as new tf.Variables: loses the uneven-split test,
-             the loss test and the shared-variables test;
+             every tower the weighted average and the loss happen to stay right, and clipping N
+             times the gradient to a norm below the gradient's gives the same clipped step;
+  unweighted - averages gradients and losses without the shares when the slices are uneven, clips
+             every tower's gradient before averaging, and keeps a gradient buffer per tower as new
+             tf.Variables: loses the uneven-split test, the loss test, the clipping test and the
+             shared-variables test;
   own variables - every tower works on its own copy of the model (clone_model + set_weights) and
              its gradients are applied to the model's variables: the numbers and the slices are
              right, so it loses the shared-variables test and nothing else (the test that watches
@@ -26,14 +29,14 @@ RELEASE = ROOT / "labs" / LAB / "manual-towers.ipynb"
 
 AVERAGE = '''def average_gradients(tower_grads, weights=None):
     n = len(tower_grads)
-    if weights is None:
-        weights = [1.0 / n] * n
+    w = np.full(n, 1.0 / n) if weights is None else np.asarray(weights)
     out = []
-    for pairs in zip(*tower_grads):
-        out.append((tf.add_n([w * g for w, (g, _) in zip(weights, pairs)]), pairs[0][1]))
+    for k in range(len(tower_grads[0])):
+        stacked = tf.stack([tower[k][0] for tower in tower_grads])
+        out.append((tf.tensordot(tf.constant(w, stacked.dtype), stacked, axes=1), tower_grads[0][k][1]))
     return out'''
 
-STEP = '''def tower_step(model, optimizer, x, y, devices, sizes=None):
+STEP = '''def tower_step(model, optimizer, x, y, devices, sizes=None, clip_norm=None):
     n = len(devices)
     sizes = sizes or [x.shape[0] // n] * n
     shares = [s / sum(sizes) for s in sizes]
@@ -46,7 +49,11 @@ STEP = '''def tower_step(model, optimizer, x, y, devices, sizes=None):
         tower_grads.append(list(zip(tape.gradient(loss, model.trainable_variables),
                                     model.trainable_variables)))
         losses.append(loss)
-    optimizer.apply_gradients(average_gradients(tower_grads, shares))
+    avg = average_gradients(tower_grads, shares)
+    if clip_norm:
+        scale = tf.minimum(1.0, clip_norm / tf.linalg.global_norm([g for g, _ in avg]))
+        avg = [(g * scale, v) for g, v in avg]
+    optimizer.apply_gradients(avg)
     return sum(s * l for s, l in zip(shares, losses))'''
 
 CORRECT = {"lab04-average-gradients": AVERAGE, "lab04-tower-step": STEP}
@@ -62,8 +69,8 @@ SUMMING = {
         else:
             out.append((tf.add_n([w * g for w, g in zip(weights, grads)]), pairs[0][1]))
     return out''',
-    # Every tower gets the whole batch; weights only passed for uneven splits.
-    "lab04-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None):
+    # Every tower gets the whole batch; weights only passed for uneven splits; clips the average.
+    "lab04-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None, clip_norm=None):
     tower_grads, losses = [], []
     for d in devices:
         with tf.device(d):
@@ -73,14 +80,18 @@ SUMMING = {
                                     model.trainable_variables)))
         losses.append(loss)
     weights = None if sizes is None else [s / sum(sizes) for s in sizes]
-    optimizer.apply_gradients(average_gradients(tower_grads, weights))
+    avg = average_gradients(tower_grads, weights)
+    if clip_norm is not None:
+        grads, _ = tf.clip_by_global_norm([g for g, _ in avg], clip_norm)
+        avg = list(zip(grads, model.trainable_variables))
+    optimizer.apply_gradients(avg)
     return tf.reduce_mean(tf.stack(losses))''',
 }
 
 UNWEIGHTED = {
     "lab04-average-gradients": AVERAGE,
-    # Splits correctly but ignores the shares, and accumulates into new variables per tower.
-    "lab04-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None):
+    # Splits correctly but ignores the shares, clips per tower, and accumulates into new variables.
+    "lab04-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None, clip_norm=None):
     n = len(devices)
     sizes = sizes or [x.shape[0] // n] * n
     xs, ys = tf.split(x, sizes), tf.split(y, sizes)
@@ -90,6 +101,8 @@ UNWEIGHTED = {
             with tf.GradientTape() as tape:
                 loss = loss_fn(ys[i], model(xs[i], training=True))
             grads = tape.gradient(loss, model.trainable_variables)
+            if clip_norm is not None:
+                grads, _ = tf.clip_by_global_norm(grads, clip_norm)
             buffers = [tf.Variable(g) for g in grads]
         tower_grads.append([(b.read_value(), v) for b, v in zip(buffers, model.trainable_variables)])
         losses.append(loss)
@@ -100,7 +113,7 @@ UNWEIGHTED = {
 
 OWN_VARIABLES = {
     "lab04-average-gradients": AVERAGE,
-    # Right slices, devices, weights and loss, but every tower builds its own copy of the weights.
+    # Right slices, devices, weights, clipping and loss, but every tower builds its own copy of the weights.
     "lab04-tower-step": STEP.replace(
         """            with tf.GradientTape() as tape:
                 loss = loss_fn(ys[i], model(xs[i], training=True))
@@ -134,21 +147,21 @@ def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
 
 def test_correct_submission_gets_full_marks(graded):
     row = graded["correct"]
-    assert (row["status"], row["score"], row["max_score"]) == ("graded", "12", "12"), row
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "14", "14"), row
     assert not lost(row)
 
 
 def test_summing_and_not_splitting_lose_their_tests(graded):
     row = graded["summing"]
     assert row["status"] == "graded"
-    assert lost(row) == {"lab04-test-average", "lab04-test-equal", "lab04-test-split"}
-    assert row["score"] == "6"
+    assert lost(row) == {"lab04-test-average", "lab04-test-equal", "lab04-test-split"}, row
+    assert row["score"] == "8"
 
 
-def test_unweighted_uneven_average_and_new_variables_lose_their_tests(graded):
+def test_unweighted_average_per_tower_clipping_and_new_variables_lose_their_tests(graded):
     row = graded["unweighted"]
     assert row["status"] == "graded"
-    assert lost(row) == {"lab04-test-uneven", "lab04-test-loss", "lab04-test-shared"}
+    assert lost(row) == {"lab04-test-uneven", "lab04-test-loss", "lab04-test-clip", "lab04-test-shared"}, row
     assert row["score"] == "8"
 
 
@@ -156,4 +169,4 @@ def test_own_variables_per_tower_lose_only_the_shared_test(graded):
     row = graded["own-variables"]
     assert row["status"] == "graded"
     assert lost(row) == {"lab04-test-shared"}, row
-    assert row["score"] == "11"
+    assert row["score"] == "13"
