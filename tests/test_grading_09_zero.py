@@ -1,4 +1,4 @@
-"""Lab 8 (a sharded optimizer step, ZeRO-1) graded end to end: submissions built from the student
+"""Lab 9 (a sharded optimizer step, ZeRO-1) graded end to end: submissions built from the student
 copy in labs/ are autograded by tools/grade.py with real torchrun launches on 2, 3 and 4 ranks.
 
 Two correct submissions get full marks: the reference (reduce-scatter, a padded all-gather) and a
@@ -21,7 +21,7 @@ RELEASE = ROOT / "labs" / LAB / "zero.ipynb"
 POINTS = {"lab09-test-bounds": 2, "lab09-test-grad": 2, "lab09-test-gather": 2, "lab09-test-weights": 3,
           "lab09-test-memory": 2}
 
-BOUNDS = '''%%writefile runs/08/zero_bounds.py
+BOUNDS = '''%%writefile runs/09/zero_bounds.py
 
 
 def shard_bounds(numel, world_size, rank):
@@ -29,7 +29,7 @@ def shard_bounds(numel, world_size, rank):
     start = rank * base + min(rank, extra)
     return start, start + base + (1 if rank < extra else 0)
 '''
-GRAD = '''%%writefile runs/08/zero_grad.py
+GRAD = '''%%writefile runs/09/zero_grad.py
 import torch
 import torch.distributed as dist
 
@@ -40,7 +40,7 @@ def grad_shard(flat_grad, shards, rank):
     dist.reduce_scatter(mine, pieces)
     return mine / len(shards)
 '''
-GATHER = '''%%writefile runs/08/zero_gather.py
+GATHER = '''%%writefile runs/09/zero_gather.py
 import torch
 import torch.distributed as dist
 
@@ -56,7 +56,7 @@ def gather_params(flat_params, shards, rank):
         for (a, b), piece in zip(shards, pieces):
             flat_params[a:b] = piece[:b - a]
 '''
-STEP = '''%%writefile runs/08/zero_step.py
+STEP = '''%%writefile runs/09/zero_step.py
 from zero_bounds import shard_bounds
 from zero_gather import gather_params
 from zero_grad import grad_shard
@@ -73,7 +73,7 @@ def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
 CORRECT = {"lab09-bounds": BOUNDS, "lab09-grad": GRAD, "lab09-gather": GATHER, "lab09-step": STEP}
 # Correct too, written differently: sizes listed first, all-reduce then slice, a broadcast per owner.
 DIFFERENT = {
-    "lab09-bounds": '''%%writefile runs/08/zero_bounds.py
+    "lab09-bounds": '''%%writefile runs/09/zero_bounds.py
 
 
 def shard_bounds(numel, world_size, rank):
@@ -81,7 +81,7 @@ def shard_bounds(numel, world_size, rank):
     start = sum(sizes[:rank])
     return int(start), int(start + sizes[rank])
 ''',
-    "lab09-grad": '''%%writefile runs/08/zero_grad.py
+    "lab09-grad": '''%%writefile runs/09/zero_grad.py
 import torch.distributed as dist
 
 
@@ -90,7 +90,7 @@ def grad_shard(flat_grad, shards, rank):
     start, stop = shards[rank]
     return flat_grad[start:stop].clone() / dist.get_world_size()
 ''',
-    "lab09-gather": '''%%writefile runs/08/zero_gather.py
+    "lab09-gather": '''%%writefile runs/09/zero_gather.py
 import torch.distributed as dist
 
 
@@ -100,7 +100,7 @@ def gather_params(flat_params, shards, rank):
         dist.broadcast(piece, src=owner)
         flat_params.data[a:b] = piece
 ''',
-    "lab09-step": '''%%writefile runs/08/zero_step.py
+    "lab09-step": '''%%writefile runs/09/zero_step.py
 import zero_bounds
 import zero_gather
 import zero_grad
@@ -119,7 +119,7 @@ def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
 WRONG_BOUNDS_AND_SUM = {
     **CORRECT,
     # every slice numel // N long: the last numel % N parameters belong to nobody
-    "lab09-bounds": '''%%writefile runs/08/zero_bounds.py
+    "lab09-bounds": '''%%writefile runs/09/zero_bounds.py
 
 
 def shard_bounds(numel, world_size, rank):
@@ -130,7 +130,7 @@ def shard_bounds(numel, world_size, rank):
     "lab09-grad": GRAD.replace("return mine / len(shards)", "return mine"),
 }
 # DDP's optimizer: the whole averaged gradient and the whole vector stepped on every rank
-WRONG_WHOLE = {**CORRECT, "lab09-step": '''%%writefile runs/08/zero_step.py
+WRONG_WHOLE = {**CORRECT, "lab09-step": '''%%writefile runs/09/zero_step.py
 import torch.distributed as dist
 from zero_sgd import sgd_momentum
 
@@ -140,7 +140,7 @@ def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
     sgd_momentum(flat_params, flat_grad / world_size, state, lr)
 '''}
 # the all-gather forgotten: each rank only ever sees its own slice move
-WRONG_NO_GATHER = {**CORRECT, "lab09-gather": '''%%writefile runs/08/zero_gather.py
+WRONG_NO_GATHER = {**CORRECT, "lab09-gather": '''%%writefile runs/09/zero_gather.py
 
 
 def gather_params(flat_params, shards, rank):
