@@ -1,7 +1,8 @@
 """Horovod (PyTorch) worker of chapter 8 (course/08-scaling-up.ipynb) and of slurm/horovod.sbatch.
 
 Prints where Horovod placed this rank (host, local rank, cross rank = which "node"), trains a
-small MLP on the digits for a few steps with the six Horovod steps, and checks that every rank
+small MLP on the digits for a few steps with the six Horovod steps (numbered as in chapter 6,
+course/06-horovod.ipynb), and checks that every rank
 ends with the same weights. Run it with `horovodrun -np 4 -H hostA:2,hostB:2 --gloo python ...`.
 """
 import hashlib
@@ -33,9 +34,9 @@ y = torch.from_numpy(y_tr)[hvd.rank()::hvd.size()]
 torch.manual_seed(hvd.rank())  # different on purpose: the broadcast makes them equal
 model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.05 * hvd.size(), momentum=0.9)  # 3. lr x size
-hvd.broadcast_parameters(model.state_dict(), root_rank=0)    # 4. same start everywhere
+opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())  # 4. averaged grads
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)    # 5. same start everywhere
 hvd.broadcast_optimizer_state(opt, root_rank=0)
-opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())  # 5. averaged grads
 g = torch.Generator().manual_seed(hvd.rank())
 for step in range(20):
     idx = torch.randint(0, len(x), (32,), generator=g)
