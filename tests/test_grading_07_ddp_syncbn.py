@@ -1,21 +1,41 @@
 """Lab 7 (DDP + SyncBN) graded end to end: submissions built from the student copy in labs/ are
 autograded by tools/grade.py with real torchrun launches.
 
-A correct submission gets full marks; a submission with the four typical DDP mistakes — no
-set_epoch, per-rank variances averaged instead of sums combined, the loss summed over ranks
-instead of averaged, every rank saving — loses exactly the points of the test each one breaks.
-It also edits the locked parameters cell (to a line that would fail every later cell): grading
+Two correct submissions get full marks: the reference (the solution notebook's own answers) and a
+differently written one (a backend chosen in another way, gradient accumulation with an explicit
+branch around `no_sync()` and a loss reduced every batch, the three statistics stacked instead of
+concatenated, `hasattr` instead of `getattr`). A submission with the four typical DDP mistakes —
+no set_epoch, per-rank variances averaged instead of sums combined, the loss summed over ranks
+instead of averaged, every rank saving — loses exactly the points of the test each one breaks. It
+also edits the locked parameters cell (to a line that would fail every later cell): grading
 restores locked cells from the source, so that edit costs nothing.
 """
 from __future__ import annotations
+
+import json
 
 import pytest
 from gradekit import ROOT, grade_all, lost, submission as fill
 
 LAB = "07-ddp-syncbn"
 RELEASE = ROOT / "labs" / LAB / "ddp-syncbn.ipynb"
+SOURCE = ROOT / "solutions" / LAB / "ddp-syncbn.ipynb"
+ANSWERS = ("lab07-setup", "lab07-data", "lab07-train", "lab07-syncbn", "lab07-save")
 POINTS = {"lab07-test-env": 2, "lab07-test-shards": 2, "lab07-test-reshuffle": 2, "lab07-test-loss": 2,
           "lab07-test-syncbn": 3, "lab07-test-save": 2, "lab07-test-weights": 3}
+
+
+def solution(grade_id: str) -> str:
+    """The instructor's answer cell, without nbgrader's solution markers."""
+    for cell in json.loads(SOURCE.read_text())["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
+            lines = "".join(cell["source"]).split("\n")
+            return "\n".join(ln for ln in lines if "### BEGIN SOLUTION" not in ln
+                             and "### END SOLUTION" not in ln)
+    raise KeyError(grade_id)
+
+
+REFERENCE = {g: solution(g) for g in ANSWERS}
 
 SETUP = '''%%writefile runs/07/lab_setup.py
 import os
@@ -34,8 +54,16 @@ def dist_config(env):
 
 
 def setup(env=None):
-    cfg = dist_config(os.environ if env is None else env)
-    if cfg["distributed"]:
+    env = os.environ if env is None else env
+    cfg = dist_config(env)
+    if not cfg["distributed"]:
+        return cfg
+    per_node = int(env.get("LOCAL_WORLD_SIZE", cfg["world_size"]))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus >= per_node:
+        torch.cuda.set_device(cfg["local_rank"])
+        dist.init_process_group("nccl", rank=cfg["rank"], world_size=cfg["world_size"])
+    else:
         dist.init_process_group("gloo", rank=cfg["rank"], world_size=cfg["world_size"])
     return cfg
 '''
@@ -60,14 +88,22 @@ def reduce_mean(value, cfg):
     return value / cfg["world_size"]
 
 
-def train_epoch(model, loader, sampler, optimizer, epoch, cfg):
+def train_epoch(model, loader, sampler, optimizer, epoch, cfg, accum=1):
     sampler.set_epoch(epoch)
+    model.train()
     losses = []
-    for x, y in loader:
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
+    for i, (x, y) in enumerate(loader):
+        optimizer_steps = (i + 1) % accum == 0
+        if cfg["distributed"] and not optimizer_steps:
+            with model.no_sync():
+                loss = F.cross_entropy(model(x), y)
+                loss.div(accum).backward()
+        else:
+            loss = F.cross_entropy(model(x), y)
+            loss.div(accum).backward()
+        if optimizer_steps:
+            optimizer.step()
+            optimizer.zero_grad()
         losses.append(reduce_mean(loss.detach(), cfg).item())
     return sum(losses) / len(losses)
 '''
@@ -96,13 +132,13 @@ def save_checkpoint(model, path, cfg):
     if cfg["distributed"]:
         dist.barrier()
 '''
-CORRECT = {"lab07-setup": SETUP, "lab07-data": DATA, "lab07-train": TRAIN, "lab07-syncbn": SYNCBN,
-           "lab07-save": SAVE}
+DIFFERENT = {"lab07-setup": SETUP, "lab07-data": DATA, "lab07-train": TRAIN, "lab07-syncbn": SYNCBN,
+             "lab07-save": SAVE}
 # The typical mistakes, each breaking a different test cell.
 WRONG = {
     # the locked parameters cell edited: restored from the source when graded
     "lab07-parameters": "raise RuntimeError('a student edited the locked parameters cell')\n",
-    **CORRECT,
+    **DIFFERENT,
     # no set_epoch (same shuffle every epoch), and the loss summed over ranks, not averaged
     "lab07-train": TRAIN.replace("    sampler.set_epoch(epoch)\n", "").replace(
         "return value / cfg[\"world_size\"]", "return value"),
@@ -125,18 +161,22 @@ def sync_stats(x, cfg):
     # every rank saves the checkpoint
     "lab07-save": SAVE.replace('    if cfg["rank"] == 0:\n        net', '    if True:\n        net'),
 }
+assert WRONG["lab07-train"] != TRAIN and "set_epoch" not in WRONG["lab07-train"]
+assert WRONG["lab07-save"] != SAVE
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
-    students = {s: {name: fill(RELEASE, a)} for s, a in [("correct", CORRECT), ("wrong", WRONG)]}
+    students = {s: {name: fill(RELEASE, a)} for s, a in
+                [("reference", REFERENCE), ("different", DIFFERENT), ("wrong", WRONG)]}
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=60,
                      notebook_timeout=900)
 
 
-def test_correct_submission_gets_full_marks(graded):
-    row = graded["correct"]
+@pytest.mark.parametrize("student", ["reference", "different"])
+def test_correct_submissions_get_full_marks(graded, student):
+    row = graded[student]
     total = sum(POINTS.values())
     assert (row["status"], float(row["score"]), float(row["max_score"])) == ("graded", total, total), row
     assert set(POINTS) <= set(row), row  # every test cell has its column
