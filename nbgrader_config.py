@@ -25,6 +25,9 @@ SLOW_CELLS = {
     "lab01-tf-measure": 240,
     "lab01-torch-baseline": 180,
     "lab01-torch-measure": 180,
+    "lab01-imports": 120,          # TensorFlow, Keras 3 and tf-keras on a loaded 2-core box
+    "lab01-keras-workers": 240,    # one tf-keras epoch per number of workers
+    "lab01-keras3-pydataset": 180,
     # lab 4: importing TensorFlow and splitting the CPU into 4 logical devices takes 40 s on a
     # loaded 2-core box; the tests themselves are small eager steps well under the default.
     "lab04-imports": 120,
@@ -38,12 +41,13 @@ SLOW_CELLS = {
     "lab06-torch-run": 300,
     "lab06-keras-reference": 180,
     "lab06-keras-run": 360,
-    # lab 02-mirrored-strategy: Keras fit on 4 devices, and tests that build and trace many strategies
+    # lab 02-mirrored-strategy: tests that build strategies on 1-4 devices and trace steps on them,
+    # an eager evaluation loop over replicas, and a short training run on 4 devices
     "lab02-setup": 120,
-    "lab02-fit": 300,
-    "lab02-test-global-batch": 120,
-    "lab02-test-build": 180,
+    "lab02-test-input": 120,
     "lab02-test-step": 180,
+    "lab02-test-accuracy": 180,
+    "lab02-train": 300,
     # Lab 7 (DDP + SyncBN): each cell launches torchrun once or twice (a few seconds each when the
     # machine is idle; much more on a shared, loaded node).
     "lab07-test-loss": 240,
@@ -51,7 +55,7 @@ SLOW_CELLS = {
     "lab07-test-save": 240,
     "lab07-test-weights": 240,
     "lab07-run": 300,
-    # Lab 8 (ZeRO): one cell launches the test worker on 2, 3 and 4 ranks (about 15 s idle; a
+    # Lab 9 (ZeRO): one cell launches the test worker on 2, 3 and 4 ranks (about 15 s idle; a
     # loaded 2-core box takes several times that).
     "lab09-run": 300,
 }

@@ -1,10 +1,11 @@
 """helpers.data and helpers.sh: offline datasets, the slow source, DataLoader workers, tf.data ops."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import pickle
 import subprocess
+import sys
+import time
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -246,15 +247,15 @@ def test_load_images_default_is_offline():
 
 
 def test_load_images_unknown_source():
-    with pytest.raises(ValueError, match=r"source='bogus': use 'offline'"):
+    with pytest.raises(ValueError, match=r"source='bogus': use 'offline' .*'tfds-mock'"):
         helpers.load_images(source="bogus")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorflow_datasets") is not None,
-                    reason="tensorflow-datasets installed: the tfds path would need a network")
-def test_load_images_tfds_without_package():
-    with pytest.raises(ImportError, match="needs tensorflow-datasets"):
-        helpers.load_images("cifar10", source="tfds")
+def test_load_images_tfds_without_package(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # import fails as if not installed
+    with pytest.raises(ImportError, match="needs tensorflow-datasets") as info:
+        helpers.load_images("cats_vs_dogs", source="tfds")
+    assert info.value.__cause__ is None and info.value.__suppress_context__  # one clear error
 
 
 # --- helpers.sh --------------------------------------------------------------------------------
@@ -301,3 +302,64 @@ def test_tf_pipeline_ops(monkeypatch):
     assert helpers.tf_pipeline_ops(ds) == ["RangeDataset", "ParallelMapDatasetV2",
                                            "BatchDatasetV2", "PrefetchDataset"]
     assert helpers.tf_pipeline_ops(tf.data.Dataset.range(3)) == ["RangeDataset"]
+
+
+# --- the real datasets through tensorflow-datasets, on tfds's own mock data (no network) --------
+
+def test_load_images_tfds_on_tfds_mock_data():
+    # The code path of source="tfds", with tfds.load answered by tfds's mock: images of the real
+    # dataset's shape (any size, uint8) and its real classes (cats_vs_dogs: 2).
+    import tensorflow_datasets as tfds
+
+    with tfds.testing.mock_data(num_examples=7):
+        x, y = helpers.load_images("cats_vs_dogs", source="tfds", n=5, image_size=12)
+    assert x.shape == (5, 12, 12, 3) and x.dtype == np.float32
+    assert 0.0 <= x.min() and x.max() <= 1.0 and x.std() > 0  # resized, scaled like R1: / 255
+    assert y.shape == (5,) and y.dtype == np.int64 and set(y.tolist()) <= {0, 1}
+
+
+def test_load_images_tfds_mock_source():
+    x, y = helpers.load_images("tf_flowers", source="tfds-mock", n=6, image_size=8)
+    assert x.shape == (6, 8, 8, 3) and x.dtype == np.float32
+    assert 0.0 <= x.min() and x.max() <= 1.0
+    assert set(y.tolist()) <= set(range(5))  # tf_flowers has 5 classes
+
+
+def test_load_images_tfds_without_network_is_one_clear_error(monkeypatch, tmp_path):
+    import helpers.data
+
+    asked = []
+
+    def offline(host, port, timeout=5.0):
+        asked.append((host, port))
+        return False
+
+    monkeypatch.setattr(helpers.data, "_reachable", offline)
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match=r"'cats_vs_dogs' dataset is not downloaded yet and "
+                                              r"download\.microsoft\.com cannot be reached") as info:
+        helpers.load_images("cats_vs_dogs", source="tfds", n=4, data_dir=str(tmp_path))
+    assert time.monotonic() - start < 60  # no download retries
+    assert asked == [("download.microsoft.com", 443)]
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert "source='offline'" in str(info.value)
+    assert not any(tmp_path.rglob("*.zip"))  # nothing was downloaded
+
+
+def test_tfds_download_hosts_and_reachability():
+    import tensorflow_datasets as tfds
+    from helpers.data import _download_hosts, _reachable
+
+    assert _download_hosts(tfds, "cats_vs_dogs", None) == [("download.microsoft.com", 443)]
+    assert _download_hosts(tfds, "tf_flowers", None) == [("download.tensorflow.org", 80)]
+    assert _reachable("no-such-host.invalid", 443, timeout=2) is False  # .invalid never resolves
+
+
+def test_tfds_can_download():
+    # tensorflow-datasets 4.9.10 imports importlib_resources to find a dataset's checksums (and so
+    # its download URLs); etils >= 1.15 no longer installs it: without the pin in requirements.txt
+    # source="tfds" could never download, whatever the network.
+    import importlib.util
+
+    assert importlib.util.find_spec("importlib_resources") is not None, (
+        "importlib_resources is missing: pin it in requirements.txt (tensorflow-datasets needs it)")

@@ -1,36 +1,45 @@
-"""Lab 2 (MirroredStrategy) graded end to end: a correct submission gets full marks, and each typical
-mistake loses exactly the points of the test that catches it.
+"""Lab 2 (MirroredStrategy beyond the chapter's case) graded end to end: the reference answers and
+a correct submission written differently get full marks, and each typical mistake loses exactly the
+points of the test that catches it.
 
-Mistakes, one per test cell so that one "wrong" submission shows all three:
-  * the per-replica batch used as the global batch        -> ms-test-global-batch (2 points)
-  * the learning rate not scaled with the number of replicas -> ms-test-lr (1 point)
-  * each replica's loss averaged over its own slice (tensorflow#45923) -> ms-test-step (3 points)
-It also edits the locked parameters cell (to a line that would fail every later cell): grading
-restores locked cells from the source, so that edit costs nothing.
+Mistakes, one per test cell so that one "wrong" submission shows them all:
+  * the global batch used as each replica's batch in dataset_fn   -> lab02-test-input (2 points)
+  * the learning rate not scaled to the global batch               -> lab02-test-lr (1 point)
+  * each replica's loss averaged over its own slice (its own weights) instead of the global
+    batch (tensorflow#45923)                                       -> lab02-test-step (3 points)
+The wrong submission's accuracy is right: it keeps those 2 points. It also edits the locked
+parameters cell (to a line that would fail every later cell): grading restores locked cells from
+the source, so that edit costs nothing.
 """
 from __future__ import annotations
+
+import json
 
 import pytest
 from gradekit import ROOT, grade_all, lost, submission as fill
 
 LAB = "02-mirrored-strategy"
 RELEASE = ROOT / "labs" / LAB / "mirrored-strategy.ipynb"
+SOURCE = ROOT / "solutions" / LAB / "mirrored-strategy.ipynb"
+ANSWERS = ("lab02-input", "lab02-lr", "lab02-train-step", "lab02-accuracy")
 
-BATCH_LR = '''def global_batch_size(per_replica, strategy):
-    return {batch}
+
+def reference() -> dict[str, str]:
+    """The solution notebook's own answer cells (what the instructor wrote)."""
+    cells = json.loads(SOURCE.read_text())["cells"]
+    by_id = {c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"]) for c in cells}
+    return {g: by_id[g] for g in ANSWERS}
 
 
-def scaled_learning_rate(base_lr, strategy):
+INPUT = '''def make_dataset_fn(arrays, global_batch):
+    def dataset_fn(context):
+        rows = tf.data.Dataset.from_tensor_slices(arrays)
+        return rows.shard(context.num_input_pipelines, context.input_pipeline_id).batch({batch}, drop_remainder=True)
+    return dataset_fn'''
+LR = '''def scaled_learning_rate(base_lr, base_batch, per_replica, strategy):
     return {lr}'''
-BUILD = '''def build_and_compile(strategy, base_lr, image_size, classes):
-    with strategy.scope():
-        model = small_cnn(image_size, classes)
-        model.compile(optimizer=tf.keras.optimizers.Adam(scaled_learning_rate(base_lr, strategy)),
-                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"])
-    return model'''
-STEP = '''def distributed_train_step(strategy, model, optimizer, batch, global_batch):
-    def replica_step(x, y):
+STEP = '''def distributed_train_step(strategy, model, optimizer, batch):
+    def replica_step(x, y, w):
         with tf.GradientTape() as tape:
             per_example = per_example_loss(y, model(x, training=True))
             loss = {loss}
@@ -40,33 +49,70 @@ STEP = '''def distributed_train_step(strategy, model, optimizer, batch, global_b
     per_replica = strategy.run(replica_step, args=batch)
     return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)'''
 
-CORRECT = {
-    "lab02-batch-lr": BATCH_LR.format(batch="per_replica * strategy.num_replicas_in_sync",
-                                   lr="base_lr * strategy.num_replicas_in_sync"),
-    "lab02-build": BUILD,
-    "lab02-train-step": STEP.format(
-        loss="tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)"),
+# Correct, written differently from the reference: batches first and shards the batches; the
+# rate through the global batch; the weight sum all-reduced outside the replica function (one
+# strategy.run and reduce of its own) and a penalty divided by hand; the
+# accuracy with a Keras metric created in the scope (sync-on-read variables sum the replicas).
+ALTERNATIVE = {
+    "lab02-input": '''def make_dataset_fn(arrays, global_batch):
+    def dataset_fn(ctx):
+        per = global_batch // ctx.num_replicas_in_sync
+        batches = tf.data.Dataset.from_tensor_slices(arrays).batch(per, drop_remainder=True)
+        return batches.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+    return dataset_fn''',
+    "lab02-lr": '''def scaled_learning_rate(base_lr, base_batch, per_replica, strategy):
+    global_batch = per_replica * strategy.num_replicas_in_sync
+    return base_lr * (global_batch / base_batch)''',
+    "lab02-train-step": '''def distributed_train_step(strategy, model, optimizer, batch):
+    total_w = strategy.reduce(tf.distribute.ReduceOp.SUM,
+                              strategy.run(lambda x, y, w: tf.reduce_sum(w), args=batch), axis=None)
+
+    def one_replica(x, y, w):
+        with tf.GradientTape() as tape:
+            data = tf.reduce_sum(per_example_loss(y, model(x, training=True)) * w) / total_w
+            penalty = tf.add_n(model.losses) / tf.cast(strategy.num_replicas_in_sync, tf.float32)
+            loss = data + penalty
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(list(zip(grads, model.trainable_variables)))
+        return loss
+
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(one_replica, args=batch), axis=None)''',
+    "lab02-accuracy": '''def distributed_accuracy(strategy, model, dist_dataset):
+    with strategy.scope():
+        metric = tf.keras.metrics.SparseCategoricalAccuracy()
+
+    @tf.function
+    def update(batch):
+        strategy.run(lambda x, y: metric.update_state(y, model(x, training=False)), args=batch)
+
+    for batch in dist_dataset:
+        update(batch)
+    return float(metric.result())''',
 }
 WRONG = {
     # the locked parameters cell edited: restored from the source when graded
     "lab02-parameters": "raise RuntimeError('a student edited the locked parameters cell')\n",
-    "lab02-batch-lr": BATCH_LR.format(batch="per_replica", lr="base_lr"),
-    "lab02-build": BUILD,
-    "lab02-train-step": STEP.format(loss="tf.reduce_mean(per_example)"),
+    "lab02-input": INPUT.format(batch="global_batch"),
+    "lab02-lr": LR.format(lr="base_lr"),
+    "lab02-train-step": STEP.format(
+        loss="tf.reduce_sum(w * per_example) / tf.reduce_sum(w) + tf.nn.scale_regularization_loss(tf.add_n(model.losses))"),
+    "lab02-accuracy": ALTERNATIVE["lab02-accuracy"],
 }
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
-    students = {s: {name: fill(RELEASE, a)} for s, a in [("correct", CORRECT), ("wrong", WRONG)]}
+    subs = [("reference", reference()), ("alternative", ALTERNATIVE), ("wrong", WRONG)]
+    students = {s: {name: fill(RELEASE, a)} for s, a in subs}
     # TensorFlow's import alone can take half a minute on a busy 2-core box: a generous default.
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=90,
                      notebook_timeout=900)
 
 
-def test_correct_submission_gets_full_marks(graded):
-    row = graded["correct"]
+@pytest.mark.parametrize("student", ["reference", "alternative"])
+def test_correct_submissions_get_full_marks(graded, student):
+    row = graded[student]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "8", "8"), row
     assert lost(row) == set()
 
@@ -74,6 +120,6 @@ def test_correct_submission_gets_full_marks(graded):
 def test_typical_mistakes_lose_exactly_their_points(graded):
     row = graded["wrong"]
     assert row["status"] == "graded", row
-    assert lost(row) == {"lab02-test-global-batch", "lab02-test-lr", "lab02-test-step"}, row
-    assert row["lab02-test-build"] == "2"
+    assert lost(row) == {"lab02-test-input", "lab02-test-lr", "lab02-test-step"}, row
+    assert row["lab02-test-accuracy"] == "2"
     assert row["score"] == "2"

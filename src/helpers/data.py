@@ -1,9 +1,12 @@
 """Small datasets that need no network, and the real loaders kept for users who have one."""
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -44,26 +47,112 @@ def digits(*, test_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray, ..
     return x[tr], y[tr].astype(np.int64), x[te], y[te].astype(np.int64)
 
 
+TFDS_SOURCES = ("tfds", "tfds-mock")
+
+
 def load_images(name: str = "synthetic", *, source: str = "offline", n: int = 2048,
-                image_size: int = 32, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """An image dataset as arrays: offline (generated) or, with a network, the real one via tfds."""
+                image_size: int = 32, seed: int = 0, data_dir: str | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """An image dataset as arrays: offline (generated), the real one via tfds, or tfds's mock of it.
+
+    source="tfds" loads `name` (cats_vs_dogs, tf_flowers, ...) with tensorflow-datasets, downloading
+    it once into `data_dir` (tfds's default: ~/tensorflow_datasets) when it is not there yet; images
+    are resized to image_size x image_size and scaled to [0, 1], as *单机多卡训练: MirroredStrategy*
+    does. source="tfds-mock" runs exactly that code inside `tfds.testing.mock_data`: random images
+    of the dataset's real shape and classes, no network (for tests and CI).
+    """
     if source == "offline":
         return synthetic_images(n, image_size=image_size, seed=seed)
-    if source != "tfds":
-        raise ValueError(f"source={source!r}: use 'offline' (no network) or 'tfds' (downloads)")
+    if source not in TFDS_SOURCES:
+        raise ValueError(f"source={source!r}: use 'offline' (no network), 'tfds' (downloads) "
+                         "or 'tfds-mock' (tfds's code path on fake images)")
+    tfds = _import_tfds()
+    if source == "tfds":
+        return _tfds_arrays(tfds, name, n, image_size, data_dir)
+    with _quiet_mock(), tfds.testing.mock_data(num_examples=n):
+        return _tfds_arrays(tfds, name, n, image_size, data_dir)
+
+
+def _import_tfds() -> Any:
+    """tensorflow_datasets, or one ImportError that says what to install."""
     try:
         import tensorflow_datasets as tfds
-    except ImportError as err:
-        raise ImportError("source='tfds' needs tensorflow-datasets and a network: "
-                          "pip install tensorflow-datasets") from err
+    except ImportError:
+        raise ImportError("source='tfds' needs tensorflow-datasets (pinned in requirements.txt): "
+                          "pip install -r requirements.txt") from None
+    return tfds
+
+
+def _tfds_arrays(tfds: Any, name: str, n: int, image_size: int,
+                 data_dir: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """The first n (image, label) pairs of tfds dataset `name`'s train split, resized and scaled."""
     tf = import_tensorflow()
 
-    ds = tfds.load(name, split="train", as_supervised=True).take(n)
+    ds = _tfds_train(tfds, name, data_dir)
+    ds = ds.take(n).map(lambda img, label: (tf.image.resize(img, [image_size, image_size]) / 255.0,
+                                            label))
     xs, ys = [], []
-    for img, label in ds:
-        xs.append(tf.image.resize(img, [image_size, image_size]).numpy() / 255.0)
-        ys.append(int(label))
-    return np.stack(xs).astype(np.float32), np.array(ys, dtype=np.int64)
+    for img, label in ds.batch(256):
+        xs.append(img.numpy())
+        ys.append(label.numpy())
+    if not xs:
+        raise ValueError(f"tfds dataset {name!r} gave no images")
+    return np.concatenate(xs).astype(np.float32), np.concatenate(ys).astype(np.int64)
+
+
+def _tfds_train(tfds: Any, name: str, data_dir: str | None) -> Any:
+    """tfds.load(name, split="train", as_supervised=True), downloading only when the data is missing."""
+    try:  # already downloaded and prepared (or mocked): no network needed
+        return tfds.load(name, split="train", as_supervised=True, data_dir=data_dir, download=False)
+    except AssertionError:  # tfds's way of saying "not in data_dir yet"
+        pass
+    hosts = _download_hosts(tfds, name, data_dir)
+    unreachable = [h for h in hosts if not _reachable(*h)]
+    if unreachable:
+        raise ConnectionError(
+            f"source='tfds': the {name!r} dataset is not downloaded yet and "
+            f"{', '.join(h for h, _ in unreachable)} cannot be reached (no network?). Use "
+            "source='offline' (generated images) or 'tfds-mock', or download it once on a "
+            "machine with a network (python -c \"import tensorflow_datasets as tfds; "
+            f"tfds.load('{name}')\") and copy ~/tensorflow_datasets here.") from None
+    return tfds.load(name, split="train", as_supervised=True, data_dir=data_dir, download=True)
+
+
+def _download_hosts(tfds: Any, name: str, data_dir: str | None) -> list[tuple[str, int]]:
+    """(host, port) of every file tfds would download for `name` (from its registered checksums)."""
+    from urllib.parse import urlsplit
+
+    try:
+        urls = list(tfds.builder(name, data_dir=data_dir).url_infos or ())
+    except Exception:  # a dataset without registered URLs: check tfds's own storage
+        urls = []
+    parts = [urlsplit(u) for u in urls] or [urlsplit("https://storage.googleapis.com")]
+    return sorted({(p.hostname or "", p.port or (80 if p.scheme == "http" else 443)) for p in parts})
+
+
+def _reachable(host: str, port: int, timeout: float = 5.0) -> bool:
+    """Whether a TCP connection to host:port opens within `timeout` seconds."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _quiet_mock() -> Iterator[None]:
+    """Silence the warnings tfds's mock gives about its own code (metadata, deprecated dtypes)."""
+    loggers = [logging.getLogger(name) for name in ("absl", "tensorflow")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 class SlowSource:
