@@ -1,7 +1,7 @@
 """The graded-lab pipeline end to end: submissions built from the student copy in labs/ are
 autograded by tools/grade.py (nbgrader, per-cell timeouts, a wall-clock limit per student).
 
-A correct submission gets full marks, typical mistakes lose exactly the points of the tests they
+A correct submission gets full marks (the reference and one written differently), typical mistakes lose exactly the points of the tests they
 break, an infinite loop is cut at its cell timeout while the rest is still graded, a notebook that
 survives interrupts is reported 'not graded' without blocking the others, and no process is left.
 """
@@ -21,6 +21,18 @@ CORRECT = {
     "lab01-fast-torch-loader": '''def fast_torch_loader(dataset, batch_size, device):
     return DataLoader(dataset, batch_size=batch_size, num_workers=3,
                       pin_memory=device.type == "cuda")''',
+}
+# Correct in another shape: a fixed number of parallel calls, a prefetch of 2 batches, positional
+# batch size, two workers, prefetch_factor, pinning written as a conditional expression.
+OTHER = {
+    "lab01-fast-tf-pipeline": '''def fast_tf_pipeline(source, batch_size):
+    indices = tf.data.Dataset.range(len(source))
+    loaded = indices.map(lambda i: load_tf(source, i), num_parallel_calls=8, deterministic=True)
+    return loaded.batch(batch_size, drop_remainder=False).prefetch(2)''',
+    "lab01-fast-torch-loader": '''def fast_torch_loader(dataset, batch_size, device):
+    pin = True if device.type == "cuda" else False
+    return DataLoader(dataset, batch_size, shuffle=False, num_workers=2, prefetch_factor=4,
+                      pin_memory=pin)''',
 }
 # Typical mistakes: a prefetch but no parallel map; workers but shuffled and always pinned.
 WRONG = {
@@ -50,7 +62,7 @@ def submission(answers: dict[str, str]) -> dict:
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {s: {name: submission(a)} for s, a in [
-        ("correct", CORRECT), ("wrong", WRONG), ("looping", LOOPING), ("survivor", SURVIVOR)]}
+        ("correct", CORRECT), ("other", OTHER), ("wrong", WRONG), ("looping", LOOPING), ("survivor", SURVIVOR)]}
     students["empty"] = {}
     students["garbled"] = {name: "{ not a notebook"}
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"))
@@ -59,6 +71,11 @@ def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
 def test_correct_submission_gets_full_marks(graded):
     row = graded["correct"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "10", "10")
+
+
+def test_correct_answer_in_another_shape_gets_full_marks(graded):
+    row = graded["other"]
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "10", "10"), row
 
 
 def test_typical_mistakes_lose_the_right_points(graded):

@@ -215,7 +215,7 @@ def test_self_check_exit_code(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "check.py"), str(lab)],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 1, done.stdout + done.stderr
-    table = dict(re.findall(r"^(test-[\w-]+)\s+\S+\s+(passed|FAILED)", done.stdout, re.M))
+    table = dict(re.findall(r"^(lab\d+-test-[\w-]+)\s+\S+\s+(passed|FAILED)", done.stdout, re.M))
     assert table == {"lab01-test-tf-same-batches": "passed", "lab01-test-tf-parallel": "FAILED",
                      "lab01-test-tf-prefetch": "passed", "lab01-test-torch-same-batches": "FAILED",
                      "lab01-test-torch-workers": "passed", "lab01-test-torch-pinned": "FAILED"}, done.stdout

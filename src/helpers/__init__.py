@@ -10,6 +10,7 @@ from .data import (SlowSource, WhoLoads, digits, load_images, synthetic_images,
 from .devices import (DeviceError, Inventory, TorchPlan, cpu_cores, inventory, tf_devices,
                       torch_plan)
 from .launch import LaunchError, LaunchResult, free_port, launch, quiet_env
+from .profiling import busy_per_window, named_ranges, quiet_stderr
 from .quiet import harmless, import_tensorflow
 from .timing import (EpochClock, ScalingRow, Timer, format_table, keras_epoch_timer, measure,
                      plot_breakdown, plot_speedup, scaling_table, speedup_table, throughput)
