@@ -26,6 +26,20 @@ def submission(release: Path, answers: dict[str, str]) -> dict:
     return nb
 
 
+def reference_answers(source: Path, grade_ids: tuple[str, ...]) -> dict[str, str]:
+    """The instructor's answer cells of solution notebook `source`, without the solution markers."""
+    found = {}
+    for cell in json.loads(source.read_text())["cells"]:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in grade_ids:
+            lines = "".join(cell["source"]).split("\n")
+            found[grade_id] = "\n".join(ln for ln in lines if "### BEGIN SOLUTION" not in ln
+                                        and "### END SOLUTION" not in ln)
+    missing = set(grade_ids) - set(found)
+    assert not missing, f"no answer cells {missing} in {source}"
+    return found
+
+
 def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
               cell_timeout: int = 45, notebook_timeout: float = 240, jobs: int = 2,
               course: Path | None = None) -> dict[str, dict[str, str]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from gradekit import ROOT, grade_all, lost, submission as fill
+from gradekit import ROOT, grade_all, lost, reference_answers, submission as fill
 
 import helpers
 
@@ -20,15 +20,6 @@ RELEASE = ROOT / "labs" / LAB / "ring-allreduce.ipynb"
 SOURCE = ROOT / "solutions" / LAB / "ring-allreduce.ipynb"
 ANSWERS = ("lab05-sim-reduce-scatter", "lab05-sim-all-gather", "lab05-real")
 
-
-def solution(grade_id: str) -> str:
-    """The instructor's answer cell, without nbgrader's solution markers."""
-    for cell in json.loads(SOURCE.read_text())["cells"]:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
-            lines = "".join(cell["source"]).split("\n")
-            return "\n".join(ln for ln in lines if "### BEGIN SOLUTION" not in ln
-                             and "### END SOLUTION" not in ln)
-    raise KeyError(grade_id)
 
 
 SIM_RS = '''def sim_reduce_scatter(chunks, wire):
@@ -90,7 +81,7 @@ BLOCKING = '''        dist.send(flat[s_lo:s_hi], right)  # every rank sends firs
 GOOD_STEP = dict(send_chunk="(rank - step) % n", recv_chunk="(rank - step - 1) % n")
 BAD_STEP = dict(send_chunk="(rank + step) % n", recv_chunk="(rank + step - 1) % n")
 
-REFERENCE = {g: solution(g) for g in ANSWERS}
+REFERENCE = reference_answers(SOURCE, ANSWERS)
 # Correct, written another way: every message of a step posted before any is applied, loops over
 # receivers, the all-gather forwards what it just received (a while loop), and the real ring tracks
 # the chunk it forwards instead of computing it from the step, receives before it sends in the

@@ -12,25 +12,15 @@ submission costs four launches (two single-process references, two horovodrun jo
 """
 from __future__ import annotations
 
-import json
 
 import pytest
-from gradekit import ROOT, grade_all, lost, submission as fill
+from gradekit import ROOT, grade_all, lost, reference_answers, submission as fill
 
 LAB = "06-horovod"
 RELEASE = ROOT / "labs" / LAB / "horovod.ipynb"
 SOURCE = ROOT / "solutions" / LAB / "horovod.ipynb"
 ANSWERS = ("lab06-torch-script", "lab06-keras-script")
 
-
-def solution(grade_id: str) -> str:
-    """The instructor's answer cell, without nbgrader's solution markers."""
-    for cell in json.loads(SOURCE.read_text())["cells"]:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
-            lines = "".join(cell["source"]).split("\n")
-            return "\n".join(ln for ln in lines if "### BEGIN SOLUTION" not in ln
-                             and "### END SOLUTION" not in ln)
-    raise KeyError(grade_id)
 
 
 def edit(text: str, old: str, new: str) -> str:
@@ -39,7 +29,7 @@ def edit(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-CORRECT = {g: solution(g) for g in ANSWERS}
+CORRECT = reference_answers(SOURCE, ANSWERS)
 
 # Correct, written differently: PyTorch broadcasts before wrapping, cuts each global batch into
 # contiguous chunks (any equal split gives the same mean gradient), sums the losses and divides;

@@ -12,10 +12,9 @@ restores locked cells from the source, so that edit costs nothing.
 """
 from __future__ import annotations
 
-import json
 
 import pytest
-from gradekit import ROOT, grade_all, lost, submission as fill
+from gradekit import ROOT, grade_all, lost, reference_answers, submission as fill
 
 LAB = "07-ddp-syncbn"
 RELEASE = ROOT / "labs" / LAB / "ddp-syncbn.ipynb"
@@ -25,17 +24,8 @@ POINTS = {"lab07-test-env": 2, "lab07-test-shards": 2, "lab07-test-reshuffle": 2
           "lab07-test-syncbn": 3, "lab07-test-save": 2, "lab07-test-weights": 3}
 
 
-def solution(grade_id: str) -> str:
-    """The instructor's answer cell, without nbgrader's solution markers."""
-    for cell in json.loads(SOURCE.read_text())["cells"]:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
-            lines = "".join(cell["source"]).split("\n")
-            return "\n".join(ln for ln in lines if "### BEGIN SOLUTION" not in ln
-                             and "### END SOLUTION" not in ln)
-    raise KeyError(grade_id)
 
-
-REFERENCE = {g: solution(g) for g in ANSWERS}
+REFERENCE = reference_answers(SOURCE, ANSWERS)
 
 SETUP = '''%%writefile runs/07/lab_setup.py
 import os
