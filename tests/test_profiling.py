@@ -1,4 +1,4 @@
-"""helpers.profiling: named ranges of a real torch.profiler run, busy fraction per window, quiet stderr."""
+"""helpers.profiling: named ranges of a real torch.profiler run, busy fraction per window; its notices hidden."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import helpers
-from helpers.profiling import KINETO_NOTICES
 
 
 def test_named_ranges_of_a_real_profile():
@@ -41,7 +40,7 @@ def test_busy_per_window():
 
 def test_quiet_stderr_keeps_real_lines(capsys):
     line = "USDT:2026-11-22 18:11:59 18316:18316 SyncActivityProfilerHandler.cpp:52] profiler_start"
-    assert KINETO_NOTICES.search(line)
+    assert helpers.harmless(line)
     with helpers.quiet_stderr():
         os.write(2, (line + "\nsomething real\n").encode())
     err = capsys.readouterr().err

@@ -10,15 +10,15 @@ from .data import (SlowSource, WhoLoads, digits, load_images, synthetic_images,
 from .devices import (DeviceError, Inventory, TorchPlan, cpu_cores, inventory, tf_devices,
                       torch_plan)
 from .launch import LaunchError, LaunchResult, free_port, launch, quiet_env
-from .profiling import busy_per_window, named_ranges, quiet_stderr
-from .quiet import harmless, import_tensorflow
+from .profiling import busy_per_window, named_ranges
+from .quiet import harmless, import_tensorflow, quiet_stderr
 from .timing import (EpochClock, ScalingRow, Timer, format_table, keras_epoch_timer, measure,
                      plot_breakdown, plot_speedup, scaling_table, speedup_table, throughput)
 
 __all__ = [
     "DeviceError", "EpochClock", "Inventory", "LaunchError", "LaunchResult", "ScalingRow",
-    "SlowSource", "Timer", "WhoLoads", "TorchPlan", "cpu_cores", "digits", "format_table", "free_port",
-    "import_tensorflow", "inventory", "keras_epoch_timer", "launch", "load_images", "measure", "plot_breakdown", "plot_speedup",
+    "SlowSource", "Timer", "WhoLoads", "TorchPlan", "busy_per_window", "cpu_cores", "digits",
+    "format_table", "free_port", "harmless", "import_tensorflow", "named_ranges", "quiet_stderr", "inventory", "keras_epoch_timer", "launch", "load_images", "measure", "plot_breakdown", "plot_speedup",
     "scaling_table", "sh", "speedup_table", "synthetic_images", "tf_devices", "tf_pipeline_ops", "throughput",
     "torch_plan",
 ]

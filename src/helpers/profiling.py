@@ -1,40 +1,14 @@
-"""Reading a profiler's timeline: named ranges of a torch.profiler run, busy fraction per time window."""
+"""Reading a profiler's timeline: named ranges of a torch.profiler run, busy fraction per time window.
+
+(The profiler's own start/stop notices on stderr are hidden by `helpers.quiet_stderr`.)
+"""
 from __future__ import annotations
 
-import os
-import re
-import sys
-import tempfile
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .quiet import harmless
 
-# Kineto (torch.profiler's engine) announces every start and stop on the process's stderr.
-KINETO_NOTICES = re.compile(r"^USDT:.*\] profiler_(start|stop)\s*$")
-
-__all__ = ["KINETO_NOTICES", "busy_per_window", "named_ranges", "quiet_stderr"]
-
-
-@contextmanager
-def quiet_stderr() -> Iterator[None]:
-    """Run a block with the process's stderr caught; show again every line but the known notices."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            text = caught.read().decode(errors="replace")
-            kept = [ln for ln in text.splitlines()
-                    if ln.strip() and not KINETO_NOTICES.search(ln) and not harmless(ln)]
-            if kept:
-                print("\n".join(kept), file=sys.stderr)
+__all__ = ["busy_per_window", "named_ranges"]
 
 
 def named_ranges(events: Iterable[Any], names: Sequence[str]) -> list[tuple[str, float, float]]:
