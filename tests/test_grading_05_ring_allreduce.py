@@ -21,7 +21,6 @@ SOURCE = ROOT / "solutions" / LAB / "ring-allreduce.ipynb"
 ANSWERS = ("lab05-sim-reduce-scatter", "lab05-sim-all-gather", "lab05-real")
 
 
-
 SIM_RS = '''def sim_reduce_scatter(chunks, wire):
     n = len(chunks)
     for step in range(n - 1):

@@ -138,6 +138,29 @@ def norm(line: str) -> str:
     return TRAILING_COMMENT.sub("", s) or s
 
 
+def blocks(cell: dict) -> list[tuple[str | None, list[str]]]:
+    """A solution notebook cell's lines in order, in runs: (None, "answer" or "hidden test", lines).
+
+    The marker lines themselves belong to no run. An nbgrader solution cell without markers is one
+    answer (nbgrader replaces it whole). See `secret_lines` for the rule.
+    """
+    text = "".join(cell["source"])
+    if cell.get("metadata", {}).get("nbgrader", {}).get("solution") and "BEGIN SOLUTION" not in text:
+        return [("answer", text.splitlines())]
+    runs: list[tuple[str | None, list[str]]] = [(None, [])]
+    for line in text.splitlines():
+        s = norm(line)
+        block = runs[-1][0]
+        opened = next((k for m, k in MARKERS.items() if m in s), None)
+        if block is None and opened:
+            runs.append((opened, []))
+        elif block is not None and ENDS[block] in s:
+            runs.append((None, []))
+        else:
+            runs[-1][1].append(line)
+    return [(block, lines) for block, lines in runs if lines]
+
+
 def secret_lines(source: Path = ROOT / "solutions") -> dict[str, str]:
     """Every line a student must not see (normalized by `norm`), mapped to "notebook [grade id]: kind".
 
@@ -157,22 +180,14 @@ def secret_lines(source: Path = ROOT / "solutions") -> dict[str, str]:
     public: set[str] = set()
     for nb_path in sorted(source.glob("*/*.ipynb")):
         for cell in json.loads(nb_path.read_text())["cells"]:
-            text = "".join(cell["source"])
             meta = cell.get("metadata", {}).get("nbgrader", {})
             where = f"{nb_path.relative_to(source)} [{meta.get('grade_id', '?')}]"
-            whole = bool(meta.get("solution")) and "BEGIN SOLUTION" not in text
-            block = "answer" if whole else None
-            for line in text.splitlines():
-                s = norm(line)
-                opened = next((k for m, k in MARKERS.items() if m in s), None)
-                if not whole and block is None and opened:
-                    block = opened
-                elif not whole and block is not None and ENDS[block] in s:
-                    block = None
-                elif block is None:
-                    public.add(s)
-                elif not TRIVIAL.fullmatch(s):
-                    secret.setdefault(s, f"{where}: {block}")
+            for block, lines in blocks(cell):
+                for s in map(norm, lines):
+                    if block is None:
+                        public.add(s)
+                    elif not TRIVIAL.fullmatch(s):
+                        secret.setdefault(s, f"{where}: {block}")
     return {s: w for s, w in secret.items() if s not in public}
 
 

@@ -1,7 +1,7 @@
 """How much of each lab's answer a student could paste from the chapters (the labs must test transfer).
 
 For every lab in solutions/, the answer lines (between ``### BEGIN SOLUTION`` and ``### END
-SOLUTION``) are compared, whitespace-stripped, with every line of the chapters' code cells and of
+SOLUTION``, as tools/release.py reads them) are compared, whitespace-stripped, with every line of the chapters' code cells and of
 their committed outputs (which include any source a chapter prints). Blank lines, comments and lines
 without content of their own (``else:``, ``)``, ``pass``) are not counted. Two numbers per lab:
 the share of answer lines found verbatim in a chapter, and the longest run of consecutive answer
@@ -15,10 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import release  # noqa: E402  (the rule of what an answer line is)
+
 MAX_SHARE = 0.20   # at most this share of a lab's answer lines may appear in a chapter
 MAX_RUN = 2        # and never more than this many consecutive ones
 TRIVIAL = re.compile(r"^(?:[\)\]\}:,;]+|else:|try:|finally:|pass|continue|break|return|\"\"\"|''')$")
@@ -53,20 +57,9 @@ def counts(line: str) -> bool:
 
 def answer_blocks(notebook: Path) -> list[list[str]]:
     """The counted lines of each solution block of a notebook, in order."""
-    blocks: list[list[str]] = []
-    for cell in json.loads(notebook.read_text())["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        inside = False
-        for line in _text(cell["source"]).splitlines():
-            if "### BEGIN SOLUTION" in line:
-                inside = True
-                blocks.append([])
-            elif "### END SOLUTION" in line:
-                inside = False
-            elif inside and counts(line):
-                blocks[-1].append(line.strip())
-    return blocks
+    return [[line.strip() for line in lines if counts(line)]
+            for cell in json.loads(notebook.read_text())["cells"] if cell["cell_type"] == "code"
+            for block, lines in release.blocks(cell) if block == "answer"]
 
 
 @dataclass
