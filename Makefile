@@ -1,4 +1,4 @@
-# The course's commands. Every target first runs tools/setup.sh, which installs what is missing
+# The course's commands. Every target first runs src/dpc_setup/setup.sh, which installs what is missing
 # (a .venv with the pinned packages, the helpers, Horovod) and returns at once when nothing is.
 SHELL := /bin/bash
 VENV := .venv
@@ -15,11 +15,12 @@ OUT ?= grades.csv
 COURSE ?= build/course
 JOBS ?=
 
-.PHONY: help setup lab test labs grade grades feedback check solutions bench soak clean release
+.PHONY: help setup lab lint test labs grade grades feedback check solutions bench soak clean release
 
 help:
 	@echo "make lab    set up (first time only) and open JupyterLab on the course's start page"
-	@echo "make test   set up and run every test: helpers, notebooks, labs in sync, grading"
+	@echo "make test   set up, run the gates (make lint), then every test: helpers, notebooks, labs, grading"
+	@echo "make lint   the gates alone: ruff (code and notebooks) and mypy (the packages in src/)"
 	@echo "make labs   regenerate labs/ (student copies) from solutions/"
 	@echo "make grade SUBMISSIONS=dir LAB=... [JOBS=N] [COURSE=build/course] [OUT=grades.csv]"
 	@echo "            autograde a folder of submissions, N at a time, sandboxed, into the course gradebook"
@@ -37,60 +38,65 @@ help:
 	@echo "            without solutions/, hidden tests or grading tools (default build/release/)"
 
 setup:
-	@bash tools/setup.sh
+	@bash src/dpc_setup/setup.sh
 
 lab: setup
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) course/00-setup-and-devices.ipynb $(ROOT_FLAG) $(LAB_ARGS)
 
-test: setup
-	$(PY) tools/notebooks.py
+# The gates: ruff on the code and the notebooks, mypy on the packages (configured in pyproject.toml).
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+test: setup lint
+	$(PY) -m dpc_maintainer.notebooks
 	$(PY) -m pytest tests build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 	  --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs --durations=15 $(PYTEST_ARGS)
 
 labs: setup
-	$(PY) tools/labs.py generate
+	$(PY) -m dpc_instructor.labs generate
 
 grade: setup
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=dir [LAB=$(LAB)] [OUT=$(OUT)]"; exit 2; }
-	$(PY) tools/grade.py "$(SUBMISSIONS)" --lab "$(LAB)" --out "$(OUT)" --course "$(COURSE)" $(if $(JOBS),--jobs $(JOBS))
+	$(PY) -m dpc_instructor.grade "$(SUBMISSIONS)" --lab "$(LAB)" --out "$(OUT)" --course "$(COURSE)" $(if $(JOBS),--jobs $(JOBS))
 
 grades: setup
-	$(PY) tools/gradebook.py export --course "$(COURSE)" --out "$(if $(filter command line,$(origin OUT)),$(OUT),course-grades.csv)"
+	$(PY) -m dpc_instructor.gradebook export --course "$(COURSE)" --out "$(if $(filter command line,$(origin OUT)),$(OUT),course-grades.csv)"
 
 feedback: setup
-	$(PY) tools/gradebook.py feedback --course "$(COURSE)"
+	$(PY) -m dpc_instructor.gradebook feedback --course "$(COURSE)"
 
-# `make check LAB=01-input-pipeline [NB=labs/.../x.ipynb]`: a student's self-check (tools/check.py).
+# `make check LAB=01-input-pipeline [NB=labs/.../x.ipynb]`: a student's self-check (src/dpc_runtime/check.py).
 check: setup
-	$(PY) tools/check.py "$(or $(NB),labs/$(LAB))"
+	$(PY) -m dpc_runtime.check "$(or $(NB),labs/$(LAB))"
 
-# `make solutions [SOLUTIONS_ARGS="--ci --only 07"]`: every notebook of tools/notebooks.yml, executed
+# `make solutions [SOLUTIONS_ARGS="--ci --only 07"]`: every notebook of course.yml, executed
 # with parameters for the hardware present (CPU, one GPU, several GPUs).
 SOLUTIONS_ARGS ?=
 solutions: setup
-	$(PY) tools/solutions.py $(SOLUTIONS_ARGS)
+	$(PY) -m dpc_maintainer.solutions $(SOLUTIONS_ARGS)
 
 # `make bench [BENCH_ARGS="--quick"]`: every benchmark, ratios vs goals; results in build/bench/.
 BENCH_ARGS ?=
 bench: setup
-	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
+	$(PY) -m dpc_maintainer.run_all $(BENCH_ARGS)
 
 # `make soak [SOAK_ARGS="--rounds 5 --only lab7"]`: launches under load; results in build/soak/.
 SOAK_ARGS ?=
 soak: setup
-	$(PY) benchmarks/soak.py $(SOAK_ARGS)
+	$(PY) -m dpc_maintainer.soak $(SOAK_ARGS)
 
 # `make release [OUT=build/release/dp-course-student] [PARENT=<published student repo>]`: what students
-# get (tools/release.py). The last word of its output is the folder written. OUT: the release folder.
+# get (src/dpc_instructor/release.py). The last word of its output is the folder written. OUT: the release folder.
 release: setup
-	$(PY) tools/release.py $(if $(filter command line,$(origin OUT)),--out "$(OUT)") $(if $(PARENT),--parent "$(PARENT)")
+	$(PY) -m dpc_instructor.release $(if $(filter command line,$(origin OUT)),--out "$(OUT)") $(if $(PARENT),--parent "$(PARENT)")
 
 # `make cluster-test [CLUSTER_ARGS="--only torchrun --keep"]`: a real two-node SLURM cluster on this
-# machine (tools/cluster.py); every slurm/*.sbatch submitted on the CPU and checked; about 1.5 min.
+# machine (src/dpc_setup/cluster.py); every slurm/*.sbatch submitted on the CPU and checked; about 1.5 min.
 .PHONY: cluster-test
 CLUSTER_ARGS ?=
 cluster-test: setup
-	$(PY) tools/cluster.py test $(CLUSTER_ARGS)
+	$(PY) -m dpc_setup.cluster test $(CLUSTER_ARGS)
 
 clean:
 	rm -rf build course/runs solutions/*/runs

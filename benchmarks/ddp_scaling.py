@@ -18,12 +18,10 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 
 def worker(steps: int, batch: int, warmup: int, local: bool = False) -> None:

@@ -15,19 +15,15 @@ numbers are what they are; only the ratios measured side by side in one run mean
 
     python benchmarks/hvd_allreduce.py [--ranks 2 4] [--sizes-mb 1 4 16 64] [--repeat 5]
                                        [--quick] [--json PATH]
+    python benchmarks/hvd_allreduce.py --show PATH      # the table of an earlier --json, again
 """
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
-
-def bus_factor(n: int) -> float:
-    """busbw / algbw for an all-reduce over n ranks: 2(n-1)/n."""
-    return 2 * (n - 1) / n
 
 
 def worker(sizes_mb: list[float], repeat: int, iters: int) -> None:
@@ -36,8 +32,8 @@ def worker(sizes_mb: list[float], repeat: int, iters: int) -> None:
     import torch
     import torch.distributed as dist
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from helpers.launch import free_port
+    from helpers import free_port
+    from helpers.ring import bus_bandwidth
     from helpers.worker import finish, report, start
 
     start(backend=None)  # Horovod makes its own communication; the gloo group below is measured
@@ -81,7 +77,7 @@ def worker(sizes_mb: list[float], repeat: int, iters: int) -> None:
             algbw = nbytes / med / 1e9
             rows.append({"library": lib, "ranks": hvd.size(), "mbytes": mb, "bytes": nbytes,
                          "median_s": med, "algbw_GBps": algbw,
-                         "busbw_GBps": algbw * bus_factor(hvd.size()), "repeats": repeat})
+                         "busbw_GBps": bus_bandwidth(nbytes, med, hvd.size()) / 1e9, "repeats": repeat})
         report(rows=rows)
     finish()
 
@@ -109,6 +105,7 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=2, help="all-reduces per timed sample")
     p.add_argument("--quick", action="store_true", help="1 and 4 MB, 3 repeats, 1 iteration")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    p.add_argument("--show", metavar="PATH", help="print the table of a JSON written by --json; launch nothing")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -116,6 +113,9 @@ def main() -> None:
         a.sizes_mb, a.repeat, a.iters = [1, 4], 3, 1
     if a.worker:
         worker(a.sizes_mb, a.repeat, a.iters)
+        return
+    if a.show:
+        print(table(json.loads(Path(a.show).read_text())["rows"]))
         return
 
     import helpers

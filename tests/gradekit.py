@@ -1,5 +1,5 @@
 """Shared by the grading tests: build submissions from a lab's student copy and grade them with
-tools/grade.py exactly as an instructor would (fresh nbgrader course, per-cell limits, CSV)."""
+src/dpc_instructor/grade.py exactly as an instructor would (fresh nbgrader course, per-cell limits, CSV)."""
 from __future__ import annotations
 
 import csv
@@ -10,31 +10,26 @@ from pathlib import Path
 
 import psutil
 
+from dpc_runtime import notebook
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def submission(release: Path, answers: dict[str, str]) -> dict:
     """The student copy `release` with the answer cells named by grade id replaced by `answers`."""
     nb = json.loads(release.read_text())
-    unknown = set(answers) - {c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-                              for c in nb["cells"]}
+    cells = notebook.by_grade_id(nb)
+    unknown = set(answers) - set(cells)
     assert not unknown, f"no answer cells {unknown} in {release}"
-    for cell in nb["cells"]:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if grade_id in answers:
-            cell["source"] = answers[grade_id]
+    for gid, text in answers.items():
+        cells[gid]["source"] = text
     return nb
 
 
 def reference_answers(source: Path, grade_ids: tuple[str, ...]) -> dict[str, str]:
     """The instructor's answer cells of solution notebook `source`, without the solution markers."""
-    found = {}
-    for cell in json.loads(source.read_text())["cells"]:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if grade_id in grade_ids:
-            lines = "".join(cell["source"]).split("\n")
-            found[grade_id] = "\n".join(ln for ln in lines if "### BEGIN SOLUTION" not in ln
-                                        and "### END SOLUTION" not in ln)
+    cells = notebook.by_grade_id(json.loads(source.read_text()))
+    found = {gid: notebook.without_answer_markers(cells[gid]) for gid in grade_ids if gid in cells}
     missing = set(grade_ids) - set(found)
     assert not missing, f"no answer cells {missing} in {source}"
     return found
@@ -59,7 +54,7 @@ def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
     before = {f: f.read_bytes() for f in subs.rglob("*") if f.is_file()}
     out = work / "grades.csv"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "grade.py"), str(subs), "--lab", lab, "--out", str(out),
+        [sys.executable, "-m", "dpc_instructor.grade", str(subs), "--lab", lab, "--out", str(out),
          "--course", str(course or work / "course"), "--cell-timeout", str(cell_timeout),
          "--notebook-timeout", str(notebook_timeout), "--jobs", str(jobs)],
         capture_output=True, text=True, timeout=3000)

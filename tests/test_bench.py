@@ -1,14 +1,10 @@
-"""benchmarks/run_all.py (`make bench`): the ratios of every benchmark against their goals, one plot
+"""src/dpc_maintainer/run_all.py (`make bench`): the ratios of every benchmark against their goals, one plot
 of all the all-reduce bandwidths, and a failing benchmark reported without hiding the others."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import run_all  # noqa: E402
+from dpc_maintainer import run_all
 
 RING = {"goal": 0.8, "goal_mb": [16, 64],
         "ratios": [{"n": 2, "mb": 1.0, "ring_over_gloo": 1.1, "ps_over_gloo": 1.8},
@@ -46,7 +42,7 @@ def test_a_crashing_benchmark_is_reported_and_fails_the_run(tmp_path, monkeypatc
     (tmp_path / "fine.py").write_text(
         "import json, sys\njson.dump({'ratios': [{'what': 'x', 'ratio': 1.5, 'goal': 2.0}]}, "
         "open(sys.argv[sys.argv.index('--json') + 1], 'w'))\n")
-    monkeypatch.setattr(run_all, "HERE", tmp_path)
+    monkeypatch.setattr(run_all, "BENCH", tmp_path)
     monkeypatch.setattr(run_all, "BENCHMARKS", {"boom": ("boom.py", []), "fine": ("fine.py", [])})
     assert run_all.main(["--out", str(tmp_path / "out")]) == 1
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())

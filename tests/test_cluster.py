@@ -1,4 +1,4 @@
-"""Every batch script of slurm/ on a real two-node SLURM cluster (tools/cluster.py), on the CPU.
+"""Every batch script of slurm/ on a real two-node SLURM cluster (src/dpc_setup/cluster.py), on the CPU.
 
 One cluster is brought up for the module (a few seconds); all scripts are submitted at once and
 SLURM schedules them, as on a real cluster; each test waits for its own job and reads what every
@@ -10,22 +10,22 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from dpc_setup import cluster as tool
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import cluster as tool  # noqa: E402  (tools/cluster.py)
 
 WHY = tool.unavailable()
 if WHY:
     pytest.skip(f"no SLURM cluster here: {WHY}", allow_module_level=True)
 
-SCRIPTS = sorted(p.name for p in (ROOT / "slurm").glob("*.sbatch"))  # every one must have a Case
+# Every batch script must have a Case: slurm/'s and the maintainers' `make solutions` on SLURM.
+SCRIPTS = sorted([p.name for p in (ROOT / "slurm").glob("*.sbatch")] + ["solutions.sbatch"])
 
 
 def _alive(pid: int) -> bool:
@@ -34,6 +34,14 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def _comm(pid: int) -> str:
+    """The process's command name, or '' when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +54,7 @@ def slurm() -> Iterator[tool.Cluster]:
 @pytest.fixture(scope="module")
 def submitted(slurm: tool.Cluster) -> dict[str, tuple[tool.Case, str]]:
     """Every script of slurm/ submitted at once in its CPU shape: script name -> (case, job id)."""
-    return {k.script: (k, slurm.sbatch(ROOT / "slurm" / k.script, k.options, k.env, k.args))
+    return {k.script: (k, slurm.sbatch(k.path, k.options, k.env, k.args))
             for k in tool.cases(slurm.folder)}
 
 
@@ -65,7 +73,7 @@ def test_srun_places_tasks_as_helpers_worker_reads_them(slurm):
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_batch_script_runs_on_the_cluster(script, slurm, submitted):
-    assert script in submitted, f"slurm/{script} has no Case in tools/cluster.py's cases(): add its CPU shape"
+    assert script in submitted, f"slurm/{script} has no Case in src/dpc_setup/cluster.py's cases(): add its CPU shape"
     case, job_id = submitted[script]
     job = slurm.wait(job_id, case.timeout)
     problems = tool.check(case, job)
@@ -107,9 +115,13 @@ def test_two_clusters_at_once_and_nothing_left_after_teardown(tmp_path):
             time.sleep(0.5)
         assert a.job(job)["JobState"] == "RUNNING"
         assert sorted(b.run("srun", "-N2", "hostname", timeout=60).split()) == [os.uname().nodename] * 2
-        time.sleep(2)  # the job's srun has started its tasks (sleep 300) on both nodes
-        pids = [p.pid for c in (a, b) for p in c.procs.values()] + a.marked() + b.marked()
-        names = {Path(f"/proc/{p}/comm").read_text().strip() for p in pids if _alive(p)}
+        end = time.monotonic() + 60  # until the job's srun has started its tasks (sleep 300)
+        while True:
+            pids = [p.pid for c in (a, b) for p in c.procs.values()] + a.marked() + b.marked()
+            names = {_comm(p) for p in pids if _alive(p)}
+            if "sleep" in names or time.monotonic() > end:
+                break
+            time.sleep(0.2)
         assert {"munged", "slurmctld", "slurmd", "slurmstepd", "sleep"} <= names, names
         folders = (a.folder, b.folder)
     assert [p for p in pids if _alive(p)] == []

@@ -5,8 +5,8 @@ import os
 import pickle
 import subprocess
 import sys
-import time
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -348,6 +348,7 @@ def test_load_images_tfds_without_network_is_one_clear_error(monkeypatch, tmp_pa
 
 def test_tfds_download_hosts_and_reachability():
     import tensorflow_datasets as tfds
+
     from helpers.data import _download_hosts, _reachable
 
     assert _download_hosts(tfds, "cats_vs_dogs", None) == [("download.microsoft.com", 443)]

@@ -1,4 +1,4 @@
-"""helpers.ddp: reading torchrun/SLURM environments, the lr schedule, and a real 2-rank launch."""
+"""helpers.ddp and the one "who am I" (helpers.worker.place): torchrun/SLURM environments, the lr schedule, and a real 2-rank launch."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,27 +7,29 @@ import pytest
 import torch
 
 import helpers
-from helpers.ddp import DistEnv, cosine_warmup, dist_env, is_main, reduce_value, slurm_first_host
+from helpers.ddp import cosine_warmup, reduce_value
+from helpers.worker import Worker, place, slurm_first_host
 
 WORKER = Path(__file__).parent / "workers" / "ddp_check.py"
 
 
-def test_dist_env_reads_torchrun():
+def test_place_reads_torchrun_and_where_rank_0_listens():
     env = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "n1", "MASTER_PORT": "1234"}
-    assert dist_env(env) == DistEnv(3, 8, 1, "torchrun", "n1", "1234")
-    assert dist_env(env).distributed
+    assert place(env) == Worker(3, 8, 1, 8, "torchrun", master_addr="n1", master_port="1234")
+    assert place(env).distributed and not place(env).is_main
 
 
-def test_dist_env_reads_slurm_and_finds_the_master():
+def test_place_reads_slurm_and_finds_the_master():
     env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
            "SLURM_NODELIST": "gpu[07-08]"}
-    got = dist_env(env)
+    got = place(env)
     assert (got.rank, got.world_size, got.local_rank, got.source) == (5, 8, 1, "slurm")
-    assert got.master_addr == "gpu07"
+    assert (got.master_addr, got.master_port) == ("gpu07", "29500")
+    assert place({**env, "MASTER_ADDR": "login1", "MASTER_PORT": "2222"}).master_addr == "login1"
 
 
-def test_dist_env_without_launcher_is_not_distributed():
-    assert dist_env({}) == DistEnv() and not dist_env({}).distributed
+def test_place_without_launcher_is_not_distributed():
+    assert place({}) == Worker() and not place({}).distributed and place({}).is_main
 
 
 @pytest.mark.parametrize("nodes,first", [("a1", "a1"), ("gpu[03-05,9],cpu1", "gpu03"),
@@ -45,7 +47,7 @@ def test_cosine_warmup_shape():
 
 def test_single_process_fallbacks():
     t = torch.tensor([2.0])
-    assert reduce_value(t) is t and is_main()
+    assert reduce_value(t) is t
 
 
 def test_two_ranks_reduce_and_ddp_with_our_syncbn_on_cpu():
@@ -61,6 +63,6 @@ def test_setup_without_launcher_starts_nothing():
 
     from helpers.ddp import setup
 
-    info, device = setup(environ={})
-    assert not info.distributed and not dist.is_initialized()
+    me, device = setup(environ={})
+    assert isinstance(me, Worker) and not me.distributed and me.is_main and not dist.is_initialized()
     assert device.type == ("cuda" if torch.cuda.is_available() else "cpu")

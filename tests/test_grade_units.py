@@ -4,28 +4,26 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from pathlib import Path
 
+from dpc_instructor import grade, gradebook
+from dpc_runtime import notebook
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import grade  # noqa: E402
-import gradebook  # noqa: E402
 
 RELEASE = json.loads((ROOT / "labs" / "01-input-pipeline" / "input-pipeline.ipynb").read_text())
 
 
 def meta(nb: dict, gid: str) -> dict:
     """The nbgrader metadata of the cell with grade id gid."""
-    return next(c["metadata"]["nbgrader"] for c in nb["cells"]
-                if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == gid)
+    return notebook.nbgrader(notebook.by_grade_id(nb)[gid])
 
 
 def test_repair_restores_lost_and_changed_metadata_and_names_deleted_cells():
     nb = copy.deepcopy(RELEASE)
     cells = []
     for cell in nb["cells"]:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        gid = notebook.grade_id(cell)
         if gid == "lab01-test-tf-parallel":
             del cell["metadata"]["nbgrader"]
             cell["source"] = "".join(cell["source"]) + "\n# my note"  # still recognisable

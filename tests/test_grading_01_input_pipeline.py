@@ -1,5 +1,5 @@
 """The graded-lab pipeline end to end: submissions built from the student copy in labs/ are
-autograded by tools/grade.py (nbgrader, per-cell timeouts, a wall-clock limit per student).
+autograded by src/dpc_instructor/grade.py (nbgrader, per-cell timeouts, a wall-clock limit per student).
 
 A correct submission gets full marks (the reference and one written differently), typical mistakes lose exactly the points of the tests they
 break, an infinite loop is cut at its cell timeout while the rest is still graded, a notebook that

@@ -18,6 +18,8 @@ import json
 import pytest
 from gradekit import ROOT, grade_all, lost, submission as fill
 
+from dpc_runtime import notebook
+
 LAB = "02-mirrored-strategy"
 RELEASE = ROOT / "labs" / LAB / "mirrored-strategy.ipynb"
 SOURCE = ROOT / "solutions" / LAB / "mirrored-strategy.ipynb"
@@ -26,9 +28,8 @@ ANSWERS = ("lab02-input", "lab02-lr", "lab02-train-step", "lab02-accuracy")
 
 def reference() -> dict[str, str]:
     """The solution notebook's own answer cells (what the instructor wrote)."""
-    cells = json.loads(SOURCE.read_text())["cells"]
-    by_id = {c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"]) for c in cells}
-    return {g: by_id[g] for g in ANSWERS}
+    by_id = notebook.by_grade_id(json.loads(SOURCE.read_text()))
+    return {g: notebook.source(by_id[g]) for g in ANSWERS}
 
 
 INPUT = '''def make_dataset_fn(arrays, global_batch):

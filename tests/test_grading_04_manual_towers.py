@@ -1,5 +1,5 @@
 """Lab 4 (manual towers) graded end to end: submissions built from the student copy in labs/ are
-autograded by tools/grade.py; a correct submission gets full marks and the typical mistakes lose
+autograded by src/dpc_instructor/grade.py; a correct submission gets full marks and the typical mistakes lose
 exactly the points of the tests they break.
 
 Four submissions keep it cheap (each grading run starts TensorFlow with 4 logical devices):

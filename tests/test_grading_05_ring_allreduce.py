@@ -14,6 +14,7 @@ import pytest
 from gradekit import ROOT, grade_all, lost, reference_answers, submission as fill
 
 import helpers
+from dpc_runtime import notebook
 
 LAB = "05-ring-allreduce"
 RELEASE = ROOT / "labs" / LAB / "ring-allreduce.ipynb"
@@ -214,8 +215,7 @@ def test_a_rank_that_never_reaches_the_ring_is_named(tmp_path):
     """A ring where rank 1 loops forever before its first message: the error the lab shows the
     student (run_check returns str(LaunchError)) names rank 1, busy in the student's file, not the
     ranks left waiting for it. The lab's own check worker runs it, without the grader (~20 s)."""
-    cells = {c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"])
-             for c in json.loads(RELEASE.read_text())["cells"]}
+    cells = {gid: notebook.source(c) for gid, c in notebook.by_grade_id(json.loads(RELEASE.read_text())).items()}
     (tmp_path / "ring_check.py").write_text(cells["lab05-check-worker"].split("\n", 1)[1])
     # rank 1 never sends nor receives: it loops before its first message
     spinning = REAL.format(exchange=NONBLOCKING, **GOOD_STEP).replace(

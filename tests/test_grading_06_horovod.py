@@ -1,5 +1,5 @@
 """Lab 6 (Horovod) graded end to end: submissions built from the student copy in labs/ are launched
-with horovodrun and autograded by tools/grade.py.
+with horovodrun and autograded by src/dpc_instructor/grade.py.
 
 The reference conversion gets full marks, and so does a correct one written differently (contiguous
 shards of each global batch, the loss summed and divided, the broadcast before the wrapper; in Keras
@@ -11,7 +11,6 @@ schedule that returns unscaled rates no longer matches one process on the global
 submission costs four launches (two single-process references, two horovodrun jobs).
 """
 from __future__ import annotations
-
 
 import pytest
 from gradekit import ROOT, grade_all, lost, reference_answers, submission as fill

@@ -1,5 +1,5 @@
 """Lab 7 (DDP + SyncBN) graded end to end: submissions built from the student copy in labs/ are
-autograded by tools/grade.py with real torchrun launches.
+autograded by src/dpc_instructor/grade.py with real torchrun launches.
 
 Two correct submissions get full marks: the reference (the solution notebook's own answers) and a
 differently written one (a backend chosen in another way, gradient accumulation with an explicit
@@ -11,7 +11,6 @@ also edits the locked parameters cell (to a line that would fail every later cel
 restores locked cells from the source, so that edit costs nothing.
 """
 from __future__ import annotations
-
 
 import pytest
 from gradekit import ROOT, grade_all, lost, reference_answers, submission as fill

@@ -1,5 +1,5 @@
 """Lab 9 (a sharded optimizer step, ZeRO-1) graded end to end: submissions built from the student
-copy in labs/ are autograded by tools/grade.py with real torchrun launches on 2, 3 and 4 ranks.
+copy in labs/ are autograded by src/dpc_instructor/grade.py with real torchrun launches on 2, 3 and 4 ranks.
 
 Two correct submissions get full marks: the reference (reduce-scatter, a padded all-gather) and a
 different one (all-reduce then slice, one broadcast per owner). Each typical ZeRO mistake loses

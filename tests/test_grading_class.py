@@ -3,7 +3,7 @@ grade, tampering with test cells is undone, a late batch is added to the one cou
 without touching anyone else, the course CSV and the feedback pages come out of it, and the
 student's self-check exits non-zero on a failing lab.
 
-All graded exactly as an instructor would (tools/grade.py, two students at a time, sandboxed).
+All graded exactly as an instructor would (src/dpc_instructor/grade.py, two students at a time, sandboxed).
 The attackers know the grader's exact paths (the strongest case: a real one would search).
 """
 from __future__ import annotations
@@ -18,12 +18,10 @@ import uuid
 
 import psutil
 import pytest
+import test_grading_01_input_pipeline as lab1
 from gradekit import ROOT, grade_all, submission as fill
 
-import test_grading_01_input_pipeline as lab1
-
-sys.path.insert(0, str(ROOT / "tools"))
-import sandbox  # noqa: E402
+from dpc_runtime import notebook, sandbox
 
 pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None,
                                 reason=f"no sandbox here: {sandbox.unavailable()}")
@@ -84,7 +82,7 @@ def tampered() -> dict:
     nb = fill(lab1.RELEASE, lab1.CORRECT)
     cells = []
     for cell in nb["cells"]:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        gid = notebook.grade_id(cell)
         if gid == "lab01-test-tf-parallel":
             cell["metadata"].pop("nbgrader")
         elif gid == "lab01-test-torch-pinned":
@@ -107,7 +105,7 @@ def output_of(course, student: str) -> str:
 def course_rows(course, tmp) -> list[dict[str, str]]:
     """The course CSV, as `make grades` writes it."""
     out = tmp / "course.csv"
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "gradebook.py"), "export", "--course",
+    done = subprocess.run([sys.executable, "-m", "dpc_instructor.gradebook", "export", "--course",
                            str(course), "--out", str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     with out.open() as f:
@@ -188,14 +186,13 @@ def test_a_late_batch_changes_only_its_own_students(graded):
 
 def test_feedback_shows_results_without_hidden_tests(graded, tmp_path):
     out = tmp_path / "feedback"
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "gradebook.py"), "feedback", "--course",
+    done = subprocess.run([sys.executable, "-m", "dpc_instructor.gradebook", "feedback", "--course",
                            str(graded["course"]), "--out", str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     pages = {p.parts[-3]: p.read_text() for p in out.rglob("feedback.html")}
     assert set(pages) == {"victim", "cheat", "vandal", "tamper", "wrong", "late"}
     source = json.loads((ROOT / "solutions" / LAB / NB).read_text())
-    hidden = [line.strip() for c in source["cells"]
-              for block in re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", "".join(c["source"]), re.S)
+    hidden = [line.strip() for c in source["cells"] for block in notebook.hidden_tests(notebook.source(c))
               for line in block.splitlines() if len(line.strip()) > 12]
     student_copy = lab1.RELEASE.read_text()
     hidden = [line for line in hidden if json.dumps(line)[1:-1] not in student_copy]  # hidden only
@@ -212,7 +209,7 @@ def test_self_check_exit_code(tmp_path):
     lab = tmp_path / LAB
     lab.mkdir()
     (lab / NB).write_text(json.dumps(fill(lab1.RELEASE, lab1.WRONG)))
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "check.py"), str(lab)],
+    done = subprocess.run([sys.executable, "-m", "dpc_runtime.check", str(lab)],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 1, done.stdout + done.stderr
     table = dict(re.findall(r"^(lab\d+-test-[\w-]+)\s+\S+\s+(passed|FAILED)", done.stdout, re.M))

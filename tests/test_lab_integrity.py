@@ -4,7 +4,7 @@ nbgrader restores, when it grades, the source of every cell whose nbgrader metad
 locked or a test (grade) cell; any other cell runs as the student left it. So a cell the grader
 relies on (parameters, imports, given code, harnesses, tests) must carry that metadata, whatever the
 prose around it says. Checked on the single source, solutions/<lab>/*.ipynb (labs/ is generated from
-it and `tools/labs.py check` keeps the two in sync); nothing is executed.
+it and `src/dpc_instructor/labs.py check` keeps the two in sync); nothing is executed.
 
 The rule, cell by cell:
   * a markdown or raw cell is free: it never runs, so what a student writes there cannot change a
@@ -26,20 +26,14 @@ from pathlib import Path
 
 import pytest
 
+from dpc_runtime.notebook import nbgrader, source
+
 ROOT = Path(__file__).resolve().parents[1]
 LABS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "solutions").glob("*/*.ipynb"))
 
 
 def cells(rel: str) -> list[dict]:
     return json.loads((ROOT / rel).read_text())["cells"]
-
-
-def source(cell: dict) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
-
-def nbgrader(cell: dict) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
 
 
 def tags(cell: dict) -> list[str]:

@@ -1,14 +1,13 @@
-"""Labs test transfer, not recall: little of an answer can be pasted from the chapters (tools/transfer.py)."""
+"""Labs test transfer, not recall: little of an answer can be pasted from the chapters (src/dpc_instructor/transfer.py)."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from dpc_instructor import transfer
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import transfer  # noqa: E402
 
 SEEN = transfer.chapter_lines()
 

@@ -1,7 +1,7 @@
-"""helpers.metrics: key numbers reach tools/solutions.py only when it asks for them."""
+"""dpc_runtime.metrics (helpers.metrics.record in the chapters): key numbers reach src/dpc_maintainer/solutions.py only when it asks for them."""
 from __future__ import annotations
 
-from helpers import metrics
+from dpc_runtime import metrics
 
 
 def test_record_writes_when_asked_and_returns_the_value(tmp_path, monkeypatch):

@@ -9,20 +9,24 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from test_launch import RANKS, assert_no_orphans  # noqa: E402
 
 from helpers import LaunchError, free_port
-from helpers.multinode import (horovodrun_hosts, launch_nodes, parse_hosts, remote_hosts,
-                               slurm_tasks, tf_config_from_slurm, torch_env_from_slurm,
-                               torchrun_node_argv)
+from helpers.multinode import (
+    horovodrun_hosts,
+    launch_nodes,
+    parse_hosts,
+    remote_hosts,
+    slurm_tasks,
+    tf_config_from_slurm,
+    torch_env_from_slurm,
+    torchrun_node_argv,
+)
 from helpers.worker import place, slurm_place, slurm_tasks_per_node
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_launch import RANKS, assert_no_orphans  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "scaling"
@@ -77,7 +81,7 @@ def test_horovodrun_hosts_refuses_what_would_need_ssh(tmp_path):
 # --- SLURM -> launcher variables ------------------------------------------------------------------
 
 # What a REAL `srun -N2 -n4 --label env` printed (SLURM 22.05.8, the two-node cluster of
-# tools/cluster.py; SLURM_CONF, ports and pids shortened). No --ntasks-per-node: SLURM puts 3 tasks
+# src/dpc_setup/cluster.py; SLURM_CONF, ports and pids shortened). No --ntasks-per-node: SLURM puts 3 tasks
 # on node1 and 1 on node2, says so in SLURM_STEP_TASKS_PER_NODE=3,1, and sets no
 # SLURM_NTASKS_PER_NODE. tests/test_cluster.py checks the same mapping live on the cluster.
 SRUN_N2_N4_COMMON = {

@@ -3,32 +3,31 @@ from __future__ import annotations
 
 import json
 import re
-import runpy
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from dpc_runtime import manifest
+from dpc_runtime.notebook import grade_id, nbgrader, source
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.relative_to(ROOT).as_posix() for d in ("course", "solutions")
                    for p in (ROOT / d).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
                    and "runs" not in p.parts)
-LISTED = yaml.safe_load((ROOT / "tools" / "notebooks.yml").read_text())
+LISTED = manifest.notebooks()
 
 
 def cells(rel: str) -> list[dict]:
     return json.loads((ROOT / rel).read_text())["cells"]
 
 
-def source(cell: dict) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
 
 
 def test_every_notebook_is_listed_for_ci():
     assert NOTEBOOKS, "no notebooks found"
-    assert sorted(LISTED) == NOTEBOOKS, "tools/notebooks.yml must list exactly the notebooks"
+    assert sorted(LISTED) == NOTEBOOKS, "course.yml must list exactly the notebooks"
 
 
 @pytest.mark.parametrize("rel", NOTEBOOKS)
@@ -39,7 +38,7 @@ def test_has_a_parameters_cell(rel):
     settings = LISTED[rel] or {}
     declared = set(settings.get("ci", {})) | set(settings.get("gpu", {})) | set(settings.get("sections", {}))
     unknown = declared - names
-    assert not unknown, f"{rel}: parameters {unknown} of tests/notebooks.yml are not in its parameters cell"
+    assert not unknown, f"{rel}: parameters {unknown} of course.yml are not in its parameters cell"
     # papermill must understand every line (an "=" in a comment makes it skip the line with a warning)
     from papermill.translators import PythonTranslator
     parsed = {p.name for p in PythonTranslator.inspect({**tagged[0], "source": source(tagged[0])})}
@@ -172,9 +171,9 @@ def test_lab_names_follow_the_scheme():
         assert (ROOT / "tests" / f"test_grading_{folder.replace('-', '_')}.py").exists(), (
             f"{rel}: its grading test is tests/test_grading_{folder.replace('-', '_')}.py")
         for c in cells(rel):
-            gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            gid = grade_id(c)
             if gid:
-                test = c["metadata"]["nbgrader"].get("grade", False)
+                test = nbgrader(c).get("grade", False)
                 pattern = rf"lab{number}-test-[a-z0-9-]+" if test else rf"lab{number}-(?!test-)[a-z0-9-]+"
                 assert re.fullmatch(pattern, gid), f"{rel}: grade id {gid!r} must match {pattern}"
 
@@ -190,19 +189,18 @@ def test_student_labs_carry_no_ci_machinery():
 
 
 def test_grade_ids_are_unique_and_slow_cells_exist():
-    config = runpy.run_path(str(ROOT / "nbgrader_config.py"), init_globals={"get_config": lambda: _Any()})
     ids = []
     for rel in NOTEBOOKS:
         if rel.startswith("solutions/"):
             for c in cells(rel):
-                nbg = c.get("metadata", {}).get("nbgrader", {})
+                nbg = nbgrader(c)
                 if nbg:
                     ids.append(nbg["grade_id"])
                     if nbg.get("grade"):
                         assert nbg.get("points", 0) > 0, f"{rel}: test {nbg['grade_id']} has no points"
     assert len(ids) == len(set(ids)), "grade ids must be unique across labs"
-    missing = set(config["SLOW_CELLS"]) - set(ids)
-    assert not missing, f"nbgrader_config.py SLOW_CELLS names unknown grade ids: {missing}"
+    missing = set(manifest.slow_cells()) - set(ids)
+    assert not missing, f"course.yml's slow_cells name unknown grade ids: {missing}"
 
 
 def test_every_lab_has_a_grading_test():
@@ -214,15 +212,6 @@ def test_every_lab_has_a_grading_test():
 
 
 def test_labs_are_generated_from_solutions():
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "labs.py"), "check"],
+    done = subprocess.run([sys.executable, "-m", "dpc_instructor.labs", "check"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-class _Any:
-    """Stands in for traitlets' config object: any attribute, any assignment."""
-
-    def __getattr__(self, name):
-        value = _Any()
-        object.__setattr__(self, name, value)
-        return value

@@ -1,14 +1,13 @@
-"""tools/outputs.py: committed notebooks carry no run metadata and no machine's paths."""
+"""src/dpc_maintainer/outputs.py: committed notebooks carry no run metadata and no machine's paths."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
+from dpc_maintainer import outputs
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import outputs  # noqa: E402
 
 
 def notebook(text: str) -> dict:
@@ -39,6 +38,6 @@ def test_leaks_sees_any_checkout_but_not_urls_or_system_paths():
 
 
 def test_committed_notebooks_show_no_checkout_path():
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "outputs.py"), "check"],
+    done = subprocess.run([sys.executable, "-m", "dpc_maintainer.outputs", "check"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -1,19 +1,18 @@
-"""The student release (`make release`, tools/release.py), built once into a temporary folder.
+"""The student release (`make release`, src/dpc_instructor/release.py), built once into a temporary folder.
 
 What students get must hold no answer and no hidden test, none of the instructor's files, and must
 work on its own: the git branch and the archive give the same tree as the folder, and the student
 Makefile's `make check` fails an unanswered lab and passes a correct one.
 
-The rule for "no answer" is tools/release.py's `secret_lines`: every non-trivial line between
+The rule for "no answer" is src/dpc_instructor/release.py's `secret_lines`: every non-trivial line between
 nbgrader's `### BEGIN SOLUTION` / `### END SOLUTION` and `### BEGIN HIDDEN TESTS` /
 `### END HIDDEN TESTS` in solutions/ (trivial: blank, only brackets or punctuation, or one bare
 keyword such as `pass` or `return`; lines the labs give students anyway are not secrets). It must
 not be a line of any released text file (notebooks decoded: sources, outputs, metadata), except
-where tools/release/taught.txt lists that exact line for that chapter, helper, example or benchmark.
+where src/dpc_instructor/taught.txt lists that exact line for that chapter, helper, example or benchmark.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -28,19 +27,17 @@ import pytest
 from gradekit import ROOT, submission
 from test_grading_01_input_pipeline import CORRECT
 
-_spec = importlib.util.spec_from_file_location("dpc_release", ROOT / "tools" / "release.py")
-release = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(release)
+from dpc_instructor import release
 
 LAB = "01-input-pipeline"
 GIT_ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
            "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-# The instructor's side, as the issue lists it (tools/release.py keeps its own, longer list).
-FORBIDDEN = ["solutions", "tests", "tools/grade.py", "tools/labs.py", "tools/solutions.py", ".github",
-             "build", "CONTRIBUTING.md", "benchmarks/soak.py", "course/runs"]
-TOP_LEVEL = {".git", ".gitignore", "Makefile", "README.md", "benchmarks", "course", "environment.yml",
-             "examples", "labs", "nbgrader_config.py", "pyproject.toml", "requirements.txt", "slurm",
-             "src", "tools"}
+# The instructor's and maintainers' rooms, and single files in them (release.py keeps its own list).
+FORBIDDEN = ["solutions", "tests", "src/dpc_instructor", "src/dpc_maintainer", "src/dpc_instructor/grade.py",
+             "src/dpc_maintainer/solutions.py", ".github", "build", "CONTRIBUTING.md", "course/runs"]
+TOP_LEVEL = {".git", ".gitignore", "Makefile", "README.md", "benchmarks", "course", "course.yml",
+             "environment.yml", "examples", "labs", "nbgrader_config.py", "pyproject.toml", "requirements.txt",
+             "slurm", "src"}
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -65,9 +62,9 @@ def colleague_file(rel: str) -> None:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The release, written by tools/release.py into a temporary folder (the last word of output)."""
+    """The release, written by src/dpc_instructor/release.py into a temporary folder (the last word of output)."""
     out = tmp_path_factory.mktemp("release") / "dp-course-student"
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "release.py"), "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "dpc_instructor.release", "--out", str(out),
                            "--allow-missing"], capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout + done.stderr
     assert Path(done.stdout.strip().splitlines()[-1].split()[-1]) == out.resolve(), done.stdout
@@ -132,7 +129,7 @@ def test_nothing_of_the_instructors_side_is_released(built: Path) -> None:
 
 
 def test_the_self_check_tools_are_released(built: Path) -> None:
-    """tools/check.py and tools/sandbox.py ship as they are here, with nbgrader_config.py's limits."""
+    """src/dpc_runtime/check.py and src/dpc_runtime/sandbox.py ship as they are here, with nbgrader_config.py's limits."""
     for rel in release.REQUIRED:
         colleague_file(rel)
         assert (built / rel).read_bytes() == (ROOT / rel).read_bytes()
@@ -151,7 +148,7 @@ def test_paths_the_notebooks_and_readme_name_are_released(built: Path) -> None:
     missing = sorted(p for p in named if not (built / p).exists() and not p.startswith("course/runs")
                      and p not in release.REQUIRED)
     assert not missing, f"named by a chapter, lab, README or Makefile but not released: {missing}"
-    assert {"examples/scaling/ddp_worker.py", "slurm/torchrun.sbatch", "tools/setup.sh"} <= named
+    assert {"examples/scaling/ddp_worker.py", "slurm/torchrun.sbatch", "src/dpc_setup/setup.sh"} <= named
 
 
 def test_the_branch_clones_to_the_same_tree(built: Path, tmp_path: Path) -> None:
@@ -196,7 +193,7 @@ def test_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         release.build(ROOT / "labs", allow_missing=True, check_labs=False)
 
     class StaleLabs:
-        """tools/labs.py as it answers when labs/ is out of date."""
+        """src/dpc_instructor/labs.py as it answers when labs/ is out of date."""
 
         def generate(self, release_dir: Path, db_dir: Path) -> None:
             """Generate nothing."""
@@ -211,7 +208,7 @@ def test_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_student_makefile(built: Path) -> None:
-    """The student Makefile: usage, help, PY= skips set-up and runs tools/check.py; make release OUT=."""
+    """The student Makefile: usage, help, PY= skips set-up and runs src/dpc_runtime/check.py; make release OUT=."""
     # Without LAB: the usage and the labs, before any set-up (none would start: the default .venv).
     done = subprocess.run(["make", "-s", "-C", str(built), "check"], capture_output=True, text=True,
                           timeout=60)
@@ -221,19 +218,19 @@ def test_the_student_makefile(built: Path) -> None:
     assert done.returncode == 0 and "make check LAB=01-input-pipeline" in done.stdout
     dry = subprocess.run(["make", "-n", "-C", str(built), "check", f"LAB={LAB}",
                           "PY=/opt/py/bin/python"], capture_output=True, text=True).stdout
-    assert f'/opt/py/bin/python tools/check.py "labs/{LAB}"' in dry and "setup.sh" not in dry
+    assert f'/opt/py/bin/python -m dpc_runtime.check "labs/{LAB}"' in dry and "setup.sh" not in dry
     dry = subprocess.run(["make", "-n", "-C", str(built), "check", f"LAB={LAB}"], capture_output=True,
                          text=True).stdout
-    assert "bash tools/setup.sh" in dry and f'.venv/bin/python tools/check.py "labs/{LAB}"' in dry
+    assert "bash src/dpc_setup/setup.sh" in dry and f'.venv/bin/python -m dpc_runtime.check "labs/{LAB}"' in dry
     main = subprocess.run(["make", "-n", "-C", str(ROOT), "release", "OUT=/tmp/x"], capture_output=True,
                           text=True).stdout
-    assert 'tools/release.py --out "/tmp/x"' in main
+    assert 'src/dpc_instructor/release.py --out "/tmp/x"' in main
 
 
 @pytest.mark.slow
 def test_the_release_alone_checks_a_lab(built: Path, tmp_path: Path) -> None:
     """(5) `make check` in the release fails the unanswered lab 1 and passes the correct answers."""
-    colleague_file("tools/check.py")
+    colleague_file("src/dpc_runtime/check.py")
     work = tmp_path / built.name
     shutil.copytree(built, work, symlinks=True)
     (work / ".venv").symlink_to(ROOT / ".venv")  # the course's packages, not a second install
@@ -241,7 +238,7 @@ def test_the_release_alone_checks_a_lab(built: Path, tmp_path: Path) -> None:
     cmd = ["make", "-C", str(work), "check", f"LAB={LAB}", f"PY={work / '.venv' / 'bin' / 'python'}"]
     unanswered = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1500)
     out = unanswered.stdout + unanswered.stderr
-    assert "tools/check.py" in out and unanswered.returncode != 0, out
+    assert "src/dpc_runtime/check.py" in out and unanswered.returncode != 0, out
     assert "NotImplementedError" in out and "0 / 10 visible points" in out, out  # answers missing
 
     notebook = work / "labs" / LAB / "input-pipeline.ipynb"

@@ -10,9 +10,20 @@ import numpy as np
 import pytest
 
 import helpers
-from helpers.ring import (Measurement, bus_bandwidth, chunk_bounds, cost_ps, cost_ring,
-                          deadlock_guard, plot_ring, plot_ring_step, ps_bytes_at_server,
-                          ring_bytes_per_worker, ring_schedule, sent_bytes, simulate_ring)
+from helpers.ring import (
+    Measurement,
+    bus_bandwidth,
+    chunk_bounds,
+    cost_ps,
+    cost_ring,
+    plot_ring,
+    plot_ring_step,
+    ps_bytes_at_server,
+    ring_bytes_per_worker,
+    ring_schedule,
+    sent_bytes,
+    simulate_ring,
+)
 
 WORKER = Path(__file__).parent / "workers" / "ring_worker.py"
 

@@ -1,11 +1,10 @@
-"""The sandbox student code runs in (tools/sandbox.py): what it hides, what it may write, its
+"""The sandbox student code runs in (src/dpc_runtime/sandbox.py): what it hides, what it may write, its
 network, its limits, and that nothing it starts outlives it. Each test runs a small command in a
 real bubblewrap sandbox (seconds); the grading tests run whole labs in it."""
 from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -13,9 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from dpc_runtime import sandbox
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import sandbox  # noqa: E402
 
 WHY = sandbox.unavailable()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"no sandbox here: {WHY}")

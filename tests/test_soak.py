@@ -1,4 +1,4 @@
-"""benchmarks/soak.py (`make soak`): the worker files it extracts, the legacy exit it can put back,
+"""src/dpc_maintainer/soak.py (`make soak`): the worker files it extracts, the legacy exit it can put back,
 and one real (small) soak on a loaded machine."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from dpc_maintainer import soak
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import soak  # noqa: E402
 
 
 def test_writefiles_extracts_the_workers_of_a_notebook():
@@ -38,7 +38,7 @@ def test_summary_counts_failures_by_kind():
 @pytest.mark.timeout(600)
 def test_a_small_soak_under_a_cpu_hog(tmp_path):
     out = tmp_path / "soak.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--only", "ch5 ring check",
+    done = subprocess.run([sys.executable, "-m", "dpc_maintainer.soak", "--only", "ch5 ring check",
                            "--rounds", "1", "--burst", "2", "--hog", "2", "--json", str(out)],
                           capture_output=True, text=True, timeout=580)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

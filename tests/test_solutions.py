@@ -1,4 +1,4 @@
-"""tools/solutions.py (`make solutions`): parameters per hardware, declared sections skipped with a
+"""src/dpc_maintainer/solutions.py (`make solutions`): parameters per hardware, declared sections skipped with a
 reason, a report per notebook, and a non-zero exit when a notebook fails."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
+from dpc_maintainer import solutions
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import solutions  # noqa: E402
 
 SETTINGS = {"ci": {"N": 2}, "gpu": {"N_DEVICES": "gpus", "KIND": "gpu"},
             "sections": {"RUN_TORCH_SYNCBN": {"gpus": 2, "what": "torch.nn.SyncBatchNorm"}}}
@@ -59,7 +59,7 @@ def test_runs_notebooks_reports_and_fails_on_error(tmp_path):
     manifest.write_text(f"{good}:\n  ci: {{N: 3}}\n  sections:\n    RUN_TORCH_SYNCBN: "
                         f"{{gpus: 2, what: torch SyncBN}}\n{bad}:\n  ci: {{N: 4}}\n")
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "solutions.py"), "--ci",
+    done = subprocess.run([sys.executable, "-m", "dpc_maintainer.solutions", "--ci",
                            "--manifest", str(manifest), "--out", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -78,7 +78,7 @@ def test_runs_notebooks_reports_and_fails_on_error(tmp_path):
 
 
 def test_unknown_selection_is_one_clear_error(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "solutions.py"), "--only", "nope",
+    done = subprocess.run([sys.executable, "-m", "dpc_maintainer.solutions", "--only", "nope",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "no notebook in" in done.stderr and "matches 'nope'" in done.stderr

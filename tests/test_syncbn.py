@@ -9,8 +9,14 @@ import torch
 from torch import nn
 
 import helpers
-from helpers.syncbn import (SyncBatchNorm, batch_stats, check_against_full_batch, combine_stats,
-                            convert_sync_batchnorm, sync_batch_norm)
+from helpers.syncbn import (
+    SyncBatchNorm,
+    batch_stats,
+    check_against_full_batch,
+    combine_stats,
+    convert_sync_batchnorm,
+    sync_batch_norm,
+)
 
 WORKER = Path(__file__).parent / "workers" / "syncbn_check.py"
 
@@ -59,7 +65,7 @@ def test_n_ranks_equal_full_batch_norm(sizes):
     res = helpers.launch(WORKER, n, args=["--sizes", sizes], timeout=120, echo=False)
     for r in range(n):
         assert any(line.endswith("all equal") for line in res.lines(r)), res.lines(r)
-        got = res.report(r)  # check_main reports the verdict and every max |difference|
+        got = res.report(r)  # the worker reports the verdict and every max |difference|
         assert got["equal"] is True, got
         assert set(got) == {"equal", "output", "grad_input", "grad_weight", "grad_bias",
                             "running_mean", "running_var"}, got

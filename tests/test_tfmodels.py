@@ -9,8 +9,7 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 tf = pytest.importorskip("tensorflow")
 
-from helpers.tfmodels import (epoch_seconds, image_dataset, inverted_residual,  # noqa: E402
-                              mobilenet_v2_small)
+from helpers.tfmodels import epoch_seconds, image_dataset, inverted_residual, mobilenet_v2_small  # noqa: E402
 
 
 def test_inverted_residual_keeps_shape_and_skips_only_when_it_can():
@@ -19,9 +18,9 @@ def test_inverted_residual_keeps_shape_and_skips_only_when_it_can():
     down = tf.keras.Model(inp, inverted_residual(inp, 32, stride=2))
     assert same.output.shape[1:] == (8, 8, 16)
     assert down.output.shape[1:] == (4, 4, 32)
-    assert any(isinstance(l, tf.keras.layers.Add) for l in same.layers)
-    assert not any(isinstance(l, tf.keras.layers.Add) for l in down.layers)
-    assert any(isinstance(l, tf.keras.layers.DepthwiseConv2D) for l in same.layers)
+    assert any(isinstance(layer, tf.keras.layers.Add) for layer in same.layers)
+    assert not any(isinstance(layer, tf.keras.layers.Add) for layer in down.layers)
+    assert any(isinstance(layer, tf.keras.layers.DepthwiseConv2D) for layer in same.layers)
 
 
 def test_mobilenet_v2_small_outputs_logits_and_is_reproducible():

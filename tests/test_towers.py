@@ -4,8 +4,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers.towers import (make_batch, make_model, max_abs_diff, memory_estimate, n_params,
-                            single_device_step, split_sizes)
+from helpers.towers import (
+    make_batch,
+    make_model,
+    max_abs_diff,
+    memory_estimate,
+    n_params,
+    single_device_step,
+    split_sizes,
+)
 
 
 @pytest.mark.parametrize(("batch", "speeds", "sizes"), [

@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from helpers.worker import (DONE, RESULT, START, Worker, backend_for, parse_line, place, stuck_at,
-                            where_now)
+from dpc_runtime.worker import DONE, RESULT, START, Worker, backend_for, parse_line, place, stuck_at, where_now
 
 
 def test_place_reads_torchrun_first():
@@ -21,7 +20,7 @@ def test_place_reads_horovod_slurm_tf_and_nothing():
     assert place({"HOROVOD_RANK": "3", "HOROVOD_SIZE": "4", "HOROVOD_LOCAL_RANK": "1",
                   "HOROVOD_LOCAL_SIZE": "2"}) == Worker(3, 4, 1, 2, "horovod")
     assert place({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1",
-                  "SLURM_NTASKS_PER_NODE": "2(x2)"}) == Worker(3, 4, 1, 2, "slurm")
+                  "SLURM_NTASKS_PER_NODE": "2(x2)"}) == Worker(3, 4, 1, 2, "slurm", master_port="29500")
     tf_config = {"cluster": {"worker": ["a:1", "b:2", "c:3"]}, "task": {"type": "worker", "index": 2}}
     assert place({"TF_CONFIG": json.dumps(tf_config)}) == Worker(2, 3, 2, 3, "tf")
     alone = place({"HOME": "/root"})

@@ -81,7 +81,7 @@ def train() -> None:
     same = bool((spread[0] + spread[1]).abs().max().item() == 0.0)
     print(f"rank {rank}: test accuracy {acc:.3f}, weights identical on all ranks: {same}")
     # A checksum of the final weights (equal on every rank iff the weights are bit-identical), the
-    # world size and the node: what a batch job's output is checked for (tools/cluster.py).
+    # world size and the node: what a batch job's output is checked for (src/dpc_setup/cluster.py).
     checksum = hashlib.sha256(flat.cpu().numpy().tobytes()).hexdigest()[:16]
     report(accuracy=acc, same_weights=same, checksum=checksum, world_size=world, node=node,
            node_name=os.environ.get("SLURMD_NODENAME", socket.gethostname()))

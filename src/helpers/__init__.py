@@ -1,33 +1,51 @@
-"""The course's helper library: devices, timing, launching workers (helpers.worker is their side), offline data, shell commands."""
+"""The students' library, the lesson: what the chapters call, each function naming the chapter that teaches it.
+
+Devices and timing (chapter 0), data (chapters 1-2), towers (chapter 4), the ring (chapter 5), DDP and
+SyncBN (chapter 7), several machines (chapter 8), elastic restarts (chapter 10). The plumbing a chapter
+calls (launching workers, quiet output) lives in the runtime, `dpc_runtime`, and is re-exported here so
+that a notebook only ever writes `import helpers`.
+"""
 from __future__ import annotations
 
 import os
 import subprocess
 from collections.abc import Sequence
 
-from .data import (SlowSource, WhoLoads, digits, load_images, synthetic_images,
-                   tf_pipeline_ops)
-from .devices import (DeviceError, Inventory, TorchPlan, cpu_cores, inventory, tf_devices,
-                      torch_plan)
-from .launch import LaunchError, LaunchResult, free_port, launch, quiet_env
+from dpc_runtime.launch import LaunchError, LaunchResult, free_port, launch, quiet_env
+from dpc_runtime.quiet import harmless, import_tensorflow, quiet_stderr
+
+from . import metrics, worker
+from .data import SlowSource, WhoLoads, digits, load_images, synthetic_images, tf_pipeline_ops
+from .devices import DeviceError, Inventory, TorchPlan, cpu_cores, inventory, tf_devices, torch_plan
 from .profiling import busy_per_window, named_ranges
-from .quiet import harmless, import_tensorflow, quiet_stderr
-from .timing import (EpochClock, ScalingRow, Timer, format_table, keras_epoch_timer, measure,
-                     plot_breakdown, plot_speedup, scaling_table, speedup_table, throughput)
+from .timing import (
+    EpochClock,
+    ScalingRow,
+    Timer,
+    format_table,
+    keras_epoch_timer,
+    measure,
+    plot_breakdown,
+    plot_speedup,
+    scaling_table,
+    speedup_table,
+    throughput,
+)
 
 __all__ = [
     "DeviceError", "EpochClock", "Inventory", "LaunchError", "LaunchResult", "ScalingRow",
     "SlowSource", "Timer", "WhoLoads", "TorchPlan", "busy_per_window", "cpu_cores", "digits",
-    "format_table", "free_port", "harmless", "import_tensorflow", "named_ranges", "quiet_stderr", "inventory", "keras_epoch_timer", "launch", "load_images", "measure", "plot_breakdown", "plot_speedup",
-    "scaling_table", "sh", "speedup_table", "synthetic_images", "tf_devices", "tf_pipeline_ops", "throughput",
-    "torch_plan",
+    "format_table", "free_port", "harmless", "import_tensorflow", "inventory", "keras_epoch_timer", "launch",
+    "load_images", "measure", "metrics", "named_ranges", "plot_breakdown", "plot_speedup", "quiet_env",
+    "quiet_stderr", "scaling_table", "sh", "speedup_table", "synthetic_images", "tf_devices",
+    "tf_pipeline_ops", "throughput", "torch_plan", "worker",
 ]
 
 
 def sh(cmd: str | Sequence[str], *, timeout: float = 600.0) -> str:
-    """Run a shell command from a notebook, print and return its output; fail the cell if it fails.
+    """Run a shell command from a notebook, print and return its output; fail the cell if it fails (chapter 0).
 
-    Known harmless start-up lines (helpers.quiet) are returned but not printed.
+    Known harmless start-up lines (helpers.harmless) are returned but not printed.
     """
     shell = isinstance(cmd, str)
     done = subprocess.run(cmd, shell=shell, capture_output=True, text=True, timeout=timeout,

@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from .quiet import import_tensorflow
+from dpc_runtime.quiet import import_tensorflow
 
 
 def synthetic_images(n: int, *, image_size: int = 32, classes: int = 10, channels: int = 3,
                      seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """n learnable images (NHWC float32 in [0, 1]) whose class sets a stripe pattern, and labels."""
+    """n learnable images (NHWC float32 in [0, 1]) whose class sets a stripe pattern, and labels (chapter 2)."""
     if n < 1 or image_size < 4 or classes < 2:
         raise ValueError(f"need n >= 1, image_size >= 4, classes >= 2; got {n}, {image_size}, {classes}")
     rng = np.random.default_rng(seed)
@@ -36,7 +36,7 @@ def _pattern(label: int, size: int, channels: int, rng: np.random.Generator) -> 
 
 
 def digits(*, test_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray, ...]:
-    """scikit-learn's 8x8 handwritten digits (they ship inside the package): x_train, y_train, x_test, y_test."""
+    """scikit-learn's 8x8 handwritten digits (they ship inside the package): x_train, y_train, x_test, y_test (chapter 6)."""
     from sklearn.datasets import load_digits
 
     x, y = load_digits(return_X_y=True)
@@ -53,7 +53,7 @@ TFDS_SOURCES = ("tfds", "tfds-mock")
 def load_images(name: str = "synthetic", *, source: str = "offline", n: int = 2048,
                 image_size: int = 32, seed: int = 0, data_dir: str | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """An image dataset as arrays: offline (generated), the real one via tfds, or tfds's mock of it.
+    """An image dataset as arrays: offline (generated), the real one via tfds, or tfds's mock of it (chapter 2).
 
     source="tfds" loads `name` (cats_vs_dogs, tf_flowers, ...) with tensorflow-datasets, downloading
     it once into `data_dir` (tfds's default: ~/tensorflow_datasets) when it is not there yet; images
@@ -156,7 +156,7 @@ def _quiet_mock() -> Iterator[None]:
 
 
 class SlowSource:
-    """A dataset whose every sample costs `latency_ms` to load, like images on slow storage.
+    """A dataset whose every sample costs `latency_ms` to load, like images on slow storage (chapter 1).
 
     load(i) / source[i] sleeps (waiting on storage releases the CPU, as real reads do), then
     decodes a deterministic image for index i, so any correct pipeline yields the same batches.
@@ -221,7 +221,7 @@ class SlowSource:
 
 
 class WhoLoads:
-    """A dataset whose sample i is (i, id of the process that loaded it): shows DataLoader workers."""
+    """A dataset whose sample i is (i, id of the process that loaded it): shows DataLoader workers (chapter 1)."""
 
     def __init__(self, n: int = 64) -> None:
         self.n = n
@@ -234,7 +234,7 @@ class WhoLoads:
 
 
 def tf_pipeline_ops(dataset: Any) -> list[str]:
-    """The dataset ops of a tf.data pipeline, source first, e.g. ['RangeDataset', ..., 'PrefetchDataset']."""
+    """The dataset ops of a tf.data pipeline, source first, e.g. ['RangeDataset', ..., 'PrefetchDataset'] (chapter 1)."""
     tf = import_tensorflow()
 
     graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())

@@ -5,8 +5,8 @@ import operator
 import os
 from dataclasses import dataclass, field
 
-from .quiet import import_tensorflow
-from .worker import backend_for
+from dpc_runtime.quiet import import_tensorflow
+from dpc_runtime.worker import backend_for
 
 # Simulated devices are for learning, not speed: past this many, a 2-core laptop spends its time
 # switching between them and the lesson drowns in overhead.
@@ -16,11 +16,11 @@ DEFAULT_LOGICAL_GPU_MB = 2048
 
 
 class DeviceError(RuntimeError):
-    """A device request that cannot be met; the message says what to do instead."""
+    """A device request that cannot be met; the message says what to do instead (chapter 0)."""
 
 
 def cpu_cores() -> int:
-    """Number of CPU cores this process may run on (respects affinity and container limits)."""
+    """Number of CPU cores this process may run on (respects affinity and container limits) (chapter 5)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
@@ -28,7 +28,7 @@ def cpu_cores() -> int:
 
 
 def torch_gpus() -> list[str]:
-    """Names of the CUDA GPUs PyTorch sees (empty without torch or without a GPU)."""
+    """Names of the CUDA GPUs PyTorch sees (empty without torch or without a GPU) (chapter 0)."""
     try:
         import torch
     except ImportError:
@@ -37,7 +37,7 @@ def torch_gpus() -> list[str]:
 
 
 def tf_gpus() -> list[str]:
-    """Names of the physical GPUs TensorFlow sees (empty without TensorFlow or a GPU)."""
+    """Names of the physical GPUs TensorFlow sees (empty without TensorFlow or a GPU) (chapter 0)."""
     try:
         tf = import_tensorflow()
     except ImportError:
@@ -47,7 +47,7 @@ def tf_gpus() -> list[str]:
 
 @dataclass(frozen=True)
 class Inventory:
-    """What this machine has: CPU cores and the GPUs each framework can see."""
+    """What this machine has: CPU cores and the GPUs each framework can see (chapter 0)."""
 
     cpu_cores: int
     torch_gpus: list[str] = field(default_factory=list)
@@ -63,7 +63,7 @@ class Inventory:
 
 
 def inventory(frameworks: tuple[str, ...] = ("torch", "tensorflow")) -> Inventory:
-    """Look at the machine (importing only the frameworks named) and return an Inventory."""
+    """Look at the machine (importing only the frameworks named) and return an Inventory (chapter 0)."""
     return Inventory(
         cpu_cores=cpu_cores(),
         torch_gpus=torch_gpus() if "torch" in frameworks else [],
@@ -85,7 +85,7 @@ def _check_count(n: object, what: str) -> int:
 
 def tf_devices(n: int, *, kind: str = "auto", memory_mb: int = DEFAULT_LOGICAL_GPU_MB,
                verbose: bool = True) -> list[str]:
-    """Give TensorFlow n devices (physical GPUs, logical GPUs or logical CPUs); call before any TF op."""
+    """Give TensorFlow n devices (physical GPUs, logical GPUs or logical CPUs); call before any TF op (chapter 0)."""
     n = _check_count(n, "TensorFlow devices")
     if kind not in ("auto", "gpu", "cpu"):
         raise DeviceError(f"kind={kind!r}: use 'auto', 'gpu' or 'cpu'")
@@ -103,7 +103,7 @@ def tf_devices(n: int, *, kind: str = "auto", memory_mb: int = DEFAULT_LOGICAL_G
             raise DeviceError(f"asked for {n} TensorFlow devices; at most {MAX_SIMULATED} logical "
                               f"GPUs can be carved from one GPU here: ask for fewer")
         config = [tf.config.LogicalDeviceConfiguration(memory_limit=memory_mb)] * n
-        names = _configure_logical(tf, gpus[0], config, "GPU", n)
+        names = configure_logical(tf, gpus[0], config, "GPU", n)
         _say(verbose, f"TensorFlow: {n} replica(s) on {n} logical GPUs of {memory_mb} MB carved "
                       f"from {gpus[0].name} (only {len(gpus)} physical GPU(s))")
         return names
@@ -111,15 +111,15 @@ def tf_devices(n: int, *, kind: str = "auto", memory_mb: int = DEFAULT_LOGICAL_G
         raise DeviceError(f"asked for {n} TensorFlow devices; the course simulates at most "
                           f"{MAX_SIMULATED} logical CPU devices ({cpu_cores()} cores here): ask for fewer")
     cpu = tf.config.list_physical_devices("CPU")[0]
-    names = _configure_logical(tf, cpu, [tf.config.LogicalDeviceConfiguration()] * n, "CPU", n)
+    names = configure_logical(tf, cpu, [tf.config.LogicalDeviceConfiguration()] * n, "CPU", n)
     why = "no GPU found" if not gpus else "kind='cpu'"
     _say(verbose, f"TensorFlow: {n} replica(s) on {n} logical CPU devices sharing "
                   f"{cpu_cores()} core(s) ({why}; simulated: right numbers, no speed-up)")
     return names
 
 
-def _configure_logical(tf, device, config, kind: str, n: int) -> list[str]:
-    """Split a physical device into logical ones, or reuse an existing split that is big enough."""
+def configure_logical(tf, device, config, kind: str, n: int) -> list[str]:
+    """Split a physical device into logical ones, or reuse an existing split that is big enough (chapter 0)."""
     prefix = "/gpu" if kind == "GPU" else "/cpu"
     try:
         tf.config.set_logical_device_configuration(device, config)
@@ -137,7 +137,7 @@ def _configure_logical(tf, device, config, kind: str, n: int) -> list[str]:
 
 @dataclass(frozen=True)
 class TorchPlan:
-    """How torch gets n devices: nprocs ranks on backend ('gloo' or 'nccl') and device type."""
+    """How torch gets n devices: nprocs ranks on backend ('gloo' or 'nccl') and device type (chapter 0)."""
 
     nprocs: int
     backend: str
@@ -152,7 +152,7 @@ class TorchPlan:
 
 
 def torch_plan(n: int, *, backend: str = "auto", verbose: bool = True) -> TorchPlan:
-    """Plan n torch ranks on this machine: one NCCL rank per GPU where there are enough GPUs, else gloo on CPU."""
+    """Plan n torch ranks on this machine: one NCCL rank per GPU where there are enough GPUs, else gloo on CPU (chapter 0)."""
     n = _check_count(n, "torch ranks")
     if backend not in ("auto", "gloo", "nccl"):
         raise DeviceError(f"backend={backend!r}: use 'auto', 'gloo' or 'nccl'")

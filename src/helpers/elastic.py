@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .launch import Command, LaunchResult, run_processes, worker_script
+from dpc_runtime.launch import Command, LaunchResult, run_processes, worker_script
 
 __all__ = ["FRESH_STORE", "failures", "launch_elastic", "logged", "torchrun_argv", "torchrun_summary"]
 
@@ -29,7 +29,7 @@ FRESH_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # one rendezvous stor
 
 def torchrun_argv(script: str | os.PathLike[str], nprocs: int, *, max_restarts: int = 0,
                   args: Sequence[str] = (), python: str = sys.executable) -> list[str]:
-    """The torchrun command line of one single-node launch with restarts (a free port: --standalone)."""
+    """The torchrun command line of one single-node launch with restarts (a free port: --standalone) (chapter 10)."""
     if max_restarts < 0:
         raise ValueError(f"max_restarts={max_restarts}: use 0 or more")
     return [python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
@@ -38,14 +38,14 @@ def torchrun_argv(script: str | os.PathLike[str], nprocs: int, *, max_restarts: 
 
 
 def logged(argv: Sequence[str], log: str | os.PathLike[str]) -> list[str]:
-    """argv run by bash with its output also copied to log; the exit status stays argv's."""
+    """argv run by bash with its output also copied to log; the exit status stays argv's (chapter 6)."""
     return ["bash", "-o", "pipefail", "-c", f"{shlex.join(argv)} 2>&1 | tee {shlex.quote(str(log))}"]
 
 
 def launch_elastic(script: str | os.PathLike[str], nprocs: int = 2, *, max_restarts: int = 0,
                    args: Sequence[str] = (), timeout: float = 120.0, log: str | os.PathLike[str] | None = None,
                    env: Mapping[str, str] | None = None, echo: bool = True) -> LaunchResult:
-    """torchrun --max-restarts=N script on nprocs ranks; torchrun's output also in log; raise LaunchError."""
+    """torchrun --max-restarts=N script on nprocs ranks; torchrun's output also in log; raise LaunchError (chapter 10)."""
     argv = torchrun_argv(worker_script(script), nprocs, max_restarts=max_restarts, args=args)
     if log is not None:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -56,13 +56,13 @@ def launch_elastic(script: str | os.PathLike[str], nprocs: int = 2, *, max_resta
 
 
 def failures(text: str) -> list[tuple[int, int]]:
-    """(local rank, exit code) of every worker torchrun saw fail, in order, from its output."""
+    """(local rank, exit code) of every worker torchrun saw fail, in order, from its output (chapter 10)."""
     return [(int(rank), int(code)) for code, rank in
             re.findall(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)", text)]
 
 
 def torchrun_summary(text: str) -> str:
-    """torchrun's framed failure report (`... FAILED`, `Failures:`, `Root Cause ...`), or '' if none."""
+    """torchrun's framed failure report (`... FAILED`, `Failures:`, `Root Cause ...`), or '' if none (chapter 10)."""
     lines = text.splitlines()
     frames = [i for i, ln in enumerate(lines) if re.fullmatch(r"=+", ln.strip())]
     if len(frames) < 2:

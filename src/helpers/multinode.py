@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 
 import psutil
 
-from .launch import LaunchResult, console_script, free_port, run_processes, worker_script
-from .worker import slurm_place
+from dpc_runtime.launch import LaunchResult, console_script, free_port, run_processes, worker_script
+from dpc_runtime.worker import slurm_place
 
 # torchrun prefixes worker lines with the *local* rank by default: two nodes would both print
 # [rank0]. This template (read by torchrun) makes the prefix the global rank.
@@ -32,7 +32,7 @@ PREFIX_TEMPLATE = "[rank${rank}]:"
 
 def torchrun_node_argv(script: str, nnodes: int, nproc_per_node: int, endpoint: str,
                        run_id: str, args: Sequence[str] = (), python: str = sys.executable) -> list[str]:
-    """The torchrun command of one node of a multi-node job: identical on every node."""
+    """The torchrun command of one node of a multi-node job: identical on every node (chapter 8)."""
     return [python, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
             f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", "--tee=3", "--role=rank",
@@ -43,7 +43,7 @@ def launch_nodes(script: str | os.PathLike[str], nnodes: int = 2, nproc_per_node
                  args: Sequence[str] = (), timeout: float = 120.0,
                  env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
                  echo: bool = True) -> LaunchResult:
-    """Run script as a job of nnodes torchrun agents (one process each = one "node") on this machine."""
+    """Run script as a job of nnodes torchrun agents (one process each = one "node") on this machine (chapter 8)."""
     _check_counts(nnodes=nnodes, nproc_per_node=nproc_per_node)
     script = worker_script(script)
     endpoint = f"localhost:{free_port()}"
@@ -56,13 +56,13 @@ def launch_nodes(script: str | os.PathLike[str], nnodes: int = 2, nproc_per_node
 
 
 def local_addresses() -> set[str]:
-    """The IPv4 addresses of this machine's interfaces (127.0.0.1 included)."""
+    """The IPv4 addresses of this machine's interfaces (127.0.0.1 included) (chapter 8)."""
     return {a.address for addrs in psutil.net_if_addrs().values() for a in addrs
             if a.family == socket.AF_INET}
 
 
 def parse_hosts(hosts: str) -> list[tuple[str, int]]:
-    """horovodrun's -H syntax 'a:2,b:2' as [(host, slots)] (slots default to 1)."""
+    """horovodrun's -H syntax 'a:2,b:2' as [(host, slots)] (slots default to 1) (chapter 8)."""
     out = []
     for item in hosts.split(","):
         name, _, slots = item.strip().partition(":")
@@ -73,7 +73,7 @@ def parse_hosts(hosts: str) -> list[tuple[str, int]]:
 
 
 def remote_hosts(hosts: str) -> list[str]:
-    """The hosts of a -H list that horovodrun would reach over ssh (it runs the others locally)."""
+    """The hosts of a -H list that horovodrun would reach over ssh (it runs the others locally) (chapter 8)."""
     mine = local_addresses()
     remote = []
     for name, _ in parse_hosts(hosts):
@@ -90,7 +90,7 @@ def horovodrun_hosts(script: str | os.PathLike[str], hosts: str, np: int | None 
                      args: Sequence[str] = (), timeout: float = 180.0,
                      env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
                      echo: bool = True) -> LaunchResult:
-    """Run `horovodrun -np N -H hosts --gloo python script`; refuse hosts that would need ssh."""
+    """Run `horovodrun -np N -H hosts --gloo python script`; refuse hosts that would need ssh (chapter 8)."""
     slots = sum(s for _, s in parse_hosts(hosts))
     np = slots if np is None else np
     _check_counts(np=np)
@@ -111,7 +111,7 @@ def slurm_tasks(script: str | os.PathLike[str], ntasks: int = 2, *, ntasks_per_n
                 args: Sequence[str] = (), timeout: float = 120.0,
                 env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
                 echo: bool = True) -> LaunchResult:
-    """Start ntasks processes with the SLURM_* variables srun gives its tasks (no SLURM needed)."""
+    """Start ntasks processes with the SLURM_* variables srun gives its tasks (no SLURM needed) (chapter 8)."""
     _check_counts(ntasks=ntasks, ntasks_per_node=ntasks_per_node)
     script = worker_script(script)
     nnodes = -(-ntasks // ntasks_per_node)
@@ -131,7 +131,7 @@ def slurm_tasks(script: str | os.PathLike[str], ntasks: int = 2, *, ntasks_per_n
 
 
 def torch_env_from_slurm(environ: Mapping[str, str]) -> dict[str, str]:
-    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE for torch.distributed from srun's SLURM_* variables."""
+    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE for torch.distributed from srun's SLURM_* variables (chapter 8)."""
     need = ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "MASTER_ADDR", "MASTER_PORT"]
     missing = [k for k in need if k not in environ]
     if missing:
@@ -143,7 +143,7 @@ def torch_env_from_slurm(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def tf_config_from_slurm(environ: Mapping[str, str]) -> str:
-    """TF_CONFIG for task SLURM_PROCID, from TF_WORKERS ('host:port,...' one per task, set by the batch script)."""
+    """TF_CONFIG for task SLURM_PROCID, from TF_WORKERS ('host:port,...' one per task, set by the batch script) (chapter 8)."""
     if "SLURM_PROCID" not in environ or "TF_WORKERS" not in environ:
         raise KeyError("need SLURM_PROCID (set by srun) and TF_WORKERS (host:port of every task, "
                        "exported by the batch script)")

@@ -7,12 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-
 __all__ = ["busy_per_window", "named_ranges"]
 
 
 def named_ranges(events: Iterable[Any], names: Sequence[str]) -> list[tuple[str, float, float]]:
-    """(name, start s, end s) of the profiler events with one of `names`, sorted, time 0 = the first."""
+    """(name, start s, end s) of the profiler events with one of `names`, sorted, time 0 = the first (chapter 1)."""
     found = sorted((e.time_range.start, e.time_range.end, e.name) for e in events if e.name in names)
     if not found:
         return []
@@ -22,7 +21,7 @@ def named_ranges(events: Iterable[Any], names: Sequence[str]) -> list[tuple[str,
 
 def busy_per_window(ranges: Sequence[tuple[str, float, float]], busy: str,
                     window_s: float) -> tuple[list[float], list[float]]:
-    """Window start times and the fraction of each window covered by ranges named `busy`."""
+    """Window start times and the fraction of each window covered by ranges named `busy` (chapter 1)."""
     if window_s <= 0:
         raise ValueError(f"window_s must be positive, got {window_s}")
     if not ranges:

@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from .worker import where_now
+from dpc_runtime.worker import where_now
 
 PHASES = ("reduce-scatter", "all-gather")
 
 
 def chunk_bounds(numel: int, n: int) -> list[tuple[int, int]]:
-    """(start, stop) of n contiguous chunks of numel elements; the first numel % n get one more."""
+    """(start, stop) of n contiguous chunks of numel elements; the first numel % n get one more (chapter 5)."""
     if n < 1 or numel < 0:
         raise ValueError(f"chunk_bounds needs n >= 1 and numel >= 0, got numel={numel}, n={n}")
     base, extra = divmod(numel, n)
@@ -41,34 +41,34 @@ def chunk_bounds(numel: int, n: int) -> list[tuple[int, int]]:
 
 
 def ring_schedule(rank: int, n: int, t: int) -> tuple[str, int, int]:
-    """(phase, chunk sent, chunk received) by worker rank at ring step t (0 .. 2(n-1)-1)."""
+    """(phase, chunk sent, chunk received) by worker rank at ring step t (0 .. 2(n-1)-1) (chapter 5)."""
     if not 0 <= t < 2 * (n - 1):
         raise ValueError(f"step {t} is outside 0 .. {2 * (n - 1) - 1} for {n} workers")
     return PHASES[t >= n - 1], (rank - t) % n, (rank - t - 1) % n
 
 
 def ring_bytes_per_worker(nbytes: float, n: int) -> float:
-    """Bytes each worker sends in a ring all-reduce of nbytes: 2(n-1)/n * nbytes."""
+    """Bytes each worker sends in a ring all-reduce of nbytes: 2(n-1)/n * nbytes (chapter 5)."""
     return 2 * (n - 1) / n * nbytes
 
 
 def ps_bytes_at_server(nbytes: float, n: int) -> float:
-    """Bytes through a single parameter server's link: (n-1) gradients in, (n-1) results out."""
+    """Bytes through a single parameter server's link: (n-1) gradients in, (n-1) results out (chapter 5)."""
     return 2 * (n - 1) * nbytes
 
 
 def cost_ring(n: int, nbytes: float, alpha: float, beta: float) -> float:
-    """Alpha-beta time of a ring all-reduce: 2(n-1) steps of one latency plus nbytes/n each."""
+    """Alpha-beta time of a ring all-reduce: 2(n-1) steps of one latency plus nbytes/n each (chapter 5)."""
     return 2 * (n - 1) * (alpha + nbytes / n * beta) if n > 1 else 0.0
 
 
 def cost_ps(n: int, nbytes: float, alpha: float, beta: float) -> float:
-    """Alpha-beta time of a single-server reduce: 2(n-1) full messages through the server's link."""
+    """Alpha-beta time of a single-server reduce: 2(n-1) full messages through the server's link (chapter 5)."""
     return 2 * (n - 1) * (alpha + nbytes * beta) if n > 1 else 0.0
 
 
 def bus_bandwidth(nbytes: float, seconds: float, n: int) -> float:
-    """Bus bandwidth in bytes/s (nccl-tests' definition): algbw * 2(n-1)/n, algbw = nbytes/seconds."""
+    """Bus bandwidth in bytes/s (nccl-tests' definition): algbw * 2(n-1)/n, algbw = nbytes/seconds (chapter 5)."""
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, got {seconds}")
     return nbytes / seconds * 2 * (n - 1) / n
@@ -79,7 +79,7 @@ def bus_bandwidth(nbytes: float, seconds: float, n: int) -> float:
 
 @dataclass(frozen=True)
 class Transfer:
-    """One message of the simulated ring: who sent which chunk to whom, and how many bytes."""
+    """One message of the simulated ring: who sent which chunk to whom, and how many bytes (chapter 5)."""
 
     step: int
     src: int
@@ -90,7 +90,7 @@ class Transfer:
 
 @dataclass
 class RingStep:
-    """The state after one step: the transfers of that step, every worker's data and contributors."""
+    """The state after one step: the transfers of that step, every worker's data and contributors (chapter 5)."""
 
     step: int  # -1 for the starting state
     phase: str
@@ -100,7 +100,7 @@ class RingStep:
 
 
 def simulate_ring(data: Sequence[np.ndarray]) -> list[RingStep]:
-    """Run a ring all-reduce of data (one flat array per worker) in one process; every state."""
+    """Run a ring all-reduce of data (one flat array per worker) in one process; every state (chapter 5)."""
     n = len(data)
     if n < 1:
         raise ValueError("simulate_ring needs at least one worker")
@@ -133,7 +133,7 @@ def simulate_ring(data: Sequence[np.ndarray]) -> list[RingStep]:
 
 
 def sent_bytes(steps: Sequence[RingStep], n: int) -> list[int]:
-    """Bytes each worker sent over a simulated run."""
+    """Bytes each worker sent over a simulated run (chapter 5)."""
     out = [0] * n
     for st in steps:
         for tr in st.transfers:
@@ -142,7 +142,7 @@ def sent_bytes(steps: Sequence[RingStep], n: int) -> list[int]:
 
 
 def plot_ring_step(step: RingStep, n: int, ax: Any = None) -> Any:
-    """Draw one state as a grid (rows: workers, columns: chunks); arrows mark this step's sends."""
+    """Draw one state as a grid (rows: workers, columns: chunks); arrows mark this step's sends (chapter 5)."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -170,7 +170,7 @@ def plot_ring_step(step: RingStep, n: int, ax: Any = None) -> Any:
 
 
 def plot_ring(steps: Sequence[RingStep], n: int, cols: int = 4) -> Any:
-    """All states of a simulated ring, one grid per step; returns the matplotlib Figure."""
+    """All states of a simulated ring, one grid per step; returns the matplotlib Figure (chapter 5)."""
     import matplotlib.pyplot as plt
 
     rows = -(-len(steps) // cols)
@@ -195,7 +195,7 @@ def _pieces(lo: int, hi: int, piece: int) -> list[tuple[int, int]]:
 
 
 def ring_allreduce(flat: Any, *, piece_bytes: int = 1 << 20, group: Any = None) -> Any:
-    """Sum flat (a contiguous 1-D tensor) over all ranks in place with a pipelined ring; returns it.
+    """Sum flat (a contiguous 1-D tensor) over all ranks in place with a pipelined ring; returns it (chapter 5).
 
     Each chunk is cut into pieces of about piece_bytes; a piece is forwarded to the right neighbour
     as soon as it has been received (and, in the reduce-scatter, added), so the reduction of one
@@ -251,7 +251,7 @@ def ring_allreduce(flat: Any, *, piece_bytes: int = 1 << 20, group: Any = None) 
 
 
 def ps_allreduce(flat: Any, *, server: int = 0) -> Any:
-    """Naive parameter-server sum in place: everyone sends to server, which sums and sends back."""
+    """Naive parameter-server sum in place: everyone sends to server, which sums and sends back (chapter 5)."""
     import torch
     import torch.distributed as dist
 
@@ -275,7 +275,7 @@ def ps_allreduce(flat: Any, *, server: int = 0) -> Any:
 
 @contextmanager
 def deadlock_guard(seconds: float, what: str = "the ring") -> Iterator[None]:
-    """Exit this process with a clear message if the block does not finish within seconds."""
+    """Exit this process with a clear message if the block does not finish within seconds (chapter 5)."""
     done = threading.Event()
     rank = os.environ.get("RANK", "?")
 
@@ -306,7 +306,7 @@ def deadlock_guard(seconds: float, what: str = "the ring") -> Iterator[None]:
 
 
 def count_sends() -> dict[str, int]:
-    """Wrap dist.send/isend of this process to count bytes and peers; returns the live counters.
+    """Wrap dist.send/isend of this process to count bytes and peers; returns the live counters (chapter 5).
 
     Call it before importing code that does `from torch.distributed import isend`.
     """
@@ -343,7 +343,7 @@ def count_sends() -> dict[str, int]:
 
 @dataclass
 class Measurement:
-    """Median time of one all-reduce method at one size and world size, with its bandwidths."""
+    """Median time of one all-reduce method at one size and world size, with its bandwidths (chapter 5)."""
 
     method: str
     n: int
@@ -364,7 +364,7 @@ class Measurement:
 
 def measure_allreduce(sizes: Sequence[int], *, repeat: int = 5, warmup: int = 1,
                       methods: Sequence[str] = ("ring", "gloo", "ps")) -> list[Measurement]:
-    """Inside a worker: time each method at each size (bytes of float32), interleaved; medians.
+    """Inside a worker: time each method at each size (bytes of float32), interleaved; medians (chapter 5).
 
     The time of one call is the slowest rank's, taken after a barrier. Every result is checked
     against the exact sum. Returns the same list on every rank.

@@ -8,8 +8,6 @@ gradients stay local (DDP averages them like every other parameter gradient).
 """
 from __future__ import annotations
 
-from typing import NoReturn
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -25,7 +23,7 @@ def _world(group: dist.ProcessGroup | None) -> int:
 
 
 def batch_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-channel sum, sum of squares and count of x (N, C, ...) — what ranks add up."""
+    """Per-channel sum, sum of squares and count of x (N, C, ...) — what ranks add up (chapter 7)."""
     dims = [0, *range(2, x.dim())]
     count = torch.full((x.shape[1],), x.numel() / x.shape[1], dtype=x.dtype, device=x.device)
     return x.sum(dims), (x * x).sum(dims), count
@@ -33,14 +31,14 @@ def batch_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
 
 def combine_stats(sums: torch.Tensor, sumsqs: torch.Tensor,
                   counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Global (mean, biased variance, unbiased variance) per channel from summed sums/sumsqs/counts."""
+    """Global (mean, biased variance, unbiased variance) per channel from summed sums/sumsqs/counts (chapter 7)."""
     mean = sums / counts
     var = (sumsqs / counts - mean * mean).clamp_min(0.0)
     return mean, var, var * counts / (counts - 1).clamp_min(1)
 
 
-class _SyncBN(torch.autograd.Function):
-    """y = (x - mean) / sqrt(var + eps) * weight + bias with mean/var over every rank's batch."""
+class SyncBNFunction(torch.autograd.Function):
+    """y = (x - mean) / sqrt(var + eps) * weight + bias with mean/var over every rank's batch (chapter 7)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps, group):  # type: ignore[override]
@@ -80,12 +78,12 @@ class _SyncBN(torch.autograd.Function):
 def sync_batch_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                     eps: float = 1e-5, group: dist.ProcessGroup | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Batch-norm x over all ranks of group; returns (y, global mean, global unbiased variance)."""
-    return _SyncBN.apply(x, weight, bias, eps, group)
+    """Batch-norm x over all ranks of group; returns (y, global mean, global unbiased variance) (chapter 7)."""
+    return SyncBNFunction.apply(x, weight, bias, eps, group)
 
 
 class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
-    """Drop-in for nn.BatchNorm1d/2d/3d whose training statistics span every rank (CPU or GPU)."""
+    """Drop-in for nn.BatchNorm1d/2d/3d whose training statistics span every rank (CPU or GPU) (chapter 7)."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True,
@@ -117,7 +115,7 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
 
 def convert_sync_batchnorm(module: nn.Module, process_group: dist.ProcessGroup | None = None,
                            *, use_torch: bool | None = None) -> nn.Module:
-    """Replace every BatchNorm layer of module by a synchronised one (torch's on CUDA, ours on CPU).
+    """Replace every BatchNorm layer of module by a synchronised one (torch's on CUDA, ours on CPU) (chapter 7).
 
     use_torch=None decides from where the module's parameters live.
     """
@@ -150,7 +148,7 @@ def _convert(module: nn.Module, group: dist.ProcessGroup | None) -> nn.Module:
 
 def check_against_full_batch(sizes: list[int], *, seed: int = 0, steps: int = 2,
                              dims: int = 4) -> dict[str, float]:
-    """On every rank of a running process group: synchronised BN vs plain BN on the global batch.
+    """On every rank of a running process group: synchronised BN vs plain BN on the global batch (chapter 7).
 
     Rank r holds sizes[r] samples of one global batch. Returns the max |difference| of outputs,
     input gradients, weight/bias gradients (summed over ranks) and running mean/var after `steps`
@@ -204,26 +202,3 @@ def _copy_bn(bn: nn.modules.batchnorm._BatchNorm) -> nn.modules.batchnorm._Batch
     twin = type(bn)(bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats)
     twin.load_state_dict(bn.state_dict())
     return twin
-
-
-def check_main(argv: list[str] | None = None) -> NoReturn:
-    """Worker entry point: `--sizes 3,5` per-rank batch sizes; prints a line per quantity, reports, ends."""
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", required=True)
-    parser.add_argument("--dims", type=int, default=4)
-    parser.add_argument("--tol", type=float, default=1e-4)
-    args = parser.parse_args(argv)
-    from .worker import finish, report, start
-
-    start()  # gloo on CPU, NCCL with one GPU per rank
-    sizes = [int(s) for s in args.sizes.split(",")]
-    worst = check_against_full_batch(sizes, dims=args.dims)
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    for name, diff in worst.items():
-        print(f"{name:13s} max|diff| {diff:.1e}  {'OK' if diff < args.tol else 'MISMATCH'}")
-    ok = all(d < args.tol for d in worst.values())
-    print(f"rank {rank} batch {sizes[rank]} of {sizes}: {'all equal' if ok else 'MISMATCH'}")
-    report(equal=ok, **{name: diff for name, diff in worst.items()})
-    finish()

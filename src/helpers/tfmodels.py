@@ -5,11 +5,11 @@ from typing import Any
 
 import numpy as np
 
-from .quiet import import_tensorflow
+from dpc_runtime.quiet import import_tensorflow
 
 
 def inverted_residual(x: Any, filters: int, *, stride: int = 1, expand: int = 4) -> Any:
-    """One MobileNetV2 block: 1x1 expand, 3x3 depthwise, 1x1 linear project, skip when shapes match."""
+    """One MobileNetV2 block: 1x1 expand, 3x3 depthwise, 1x1 linear project, skip when shapes match (chapter 2)."""
     from tensorflow import keras
 
     layers = keras.layers
@@ -30,7 +30,7 @@ def inverted_residual(x: Any, filters: int, *, stride: int = 1, expand: int = 4)
 
 def mobilenet_v2_small(image_size: int = 32, classes: int = 10, *, width: int = 16,
                        blocks: int = 3, seed: int | None = 0) -> Any:
-    """A small MobileNetV2-style Keras model (stem, `blocks` inverted-residual stages, classifier)."""
+    """A small MobileNetV2-style Keras model (stem, `blocks` inverted-residual stages, classifier) (chapter 2)."""
     from tensorflow import keras
 
     if seed is not None:
@@ -55,7 +55,7 @@ def mobilenet_v2_small(image_size: int = 32, classes: int = 10, *, width: int = 
 
 def image_dataset(x: np.ndarray, y: np.ndarray, batch_size: int, *, shuffle: bool = False,
                   seed: int = 0, drop_remainder: bool = True) -> Any:
-    """A tf.data pipeline of (image, label) batches, prefetched; shuffled when asked."""
+    """A tf.data pipeline of (image, label) batches, prefetched; shuffled when asked (chapter 2)."""
     tf = import_tensorflow()
 
     if batch_size < 1:
@@ -68,7 +68,7 @@ def image_dataset(x: np.ndarray, y: np.ndarray, batch_size: int, *, shuffle: boo
 
 def epoch_seconds(strategy: Any, x: np.ndarray, y: np.ndarray, batch_size: int, *,
                   epochs: int = 2, lr: float = 1e-3, width: int = 16, blocks: int = 3) -> list[float]:
-    """Build, compile and fit the small MobileNetV2 under `strategy`; seconds of each epoch after the first."""
+    """Build, compile and fit the small MobileNetV2 under `strategy`; seconds of each epoch after the first (chapter 1)."""
     tf = import_tensorflow()
 
     from .timing import keras_epoch_timer

@@ -9,7 +9,7 @@ from typing import Any
 
 
 class Timer:
-    """Record several running times; use `with timer:` or start()/stop()."""
+    """Record several running times; use `with timer:` or start()/stop() (chapter 1)."""
 
     def __init__(self) -> None:
         self.times: list[float] = []
@@ -48,14 +48,14 @@ class Timer:
 
 
 def throughput(samples: int, seconds: float) -> float:
-    """Samples per second."""
+    """Samples per second (chapter 1)."""
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, got {seconds}")
     return samples / seconds
 
 
 def measure(fn: Callable[[], Any], *, repeat: int = 3, warmup: int = 1) -> list[float]:
-    """Run fn warmup times untimed, then repeat times timed; return the times in seconds."""
+    """Run fn warmup times untimed, then repeat times timed; return the times in seconds (chapter 1)."""
     for _ in range(warmup):
         fn()
     timer = Timer()
@@ -66,7 +66,7 @@ def measure(fn: Callable[[], Any], *, repeat: int = 3, warmup: int = 1) -> list[
 
 
 class EpochClock:
-    """Per-epoch timing for a torch (or any Python) loop: `for epoch in clock.epochs(n): ...`."""
+    """Per-epoch timing for a torch (or any Python) loop: `for epoch in clock.epochs(n): ...` (chapter 1)."""
 
     def __init__(self) -> None:
         self.times: list[float] = []
@@ -80,7 +80,7 @@ class EpochClock:
 
 
 def keras_epoch_timer() -> Any:
-    """A Keras callback whose .times lists each epoch's seconds (works for Keras 3 and tf-keras)."""
+    """A Keras callback whose .times lists each epoch's seconds (works for Keras 3 and tf-keras) (chapter 1)."""
     import tensorflow as tf
 
     class EpochTimer(tf.keras.callbacks.Callback):
@@ -100,7 +100,7 @@ def keras_epoch_timer() -> Any:
 
 @dataclass(frozen=True)
 class ScalingRow:
-    """One line of a scaling table: devices, throughput, speed-up over the baseline, efficiency."""
+    """One line of a scaling table: devices, throughput, speed-up over the baseline, efficiency (chapter 1)."""
 
     devices: int
     samples_per_s: float
@@ -109,7 +109,7 @@ class ScalingRow:
 
 
 def scaling_table(throughputs: Mapping[int, float]) -> list[ScalingRow]:
-    """Speed-up and efficiency (speed-up / devices) of each device count over the smallest one."""
+    """Speed-up and efficiency (speed-up / devices) of each device count over the smallest one (chapter 8)."""
     if not throughputs:
         raise ValueError("scaling_table needs at least one measurement")
     base_n = min(throughputs)
@@ -122,7 +122,7 @@ def scaling_table(throughputs: Mapping[int, float]) -> list[ScalingRow]:
 
 
 def speedup_table(seconds: Mapping[str, float], baseline: str) -> list[tuple[str, float, float]]:
-    """(label, seconds, speed-up over baseline) for each measurement, baseline first."""
+    """(label, seconds, speed-up over baseline) for each measurement, baseline first (chapter 1)."""
     if baseline not in seconds:
         raise KeyError(f"baseline {baseline!r} is not among the measurements {list(seconds)}")
     order = [baseline] + [k for k in seconds if k != baseline]
@@ -130,7 +130,7 @@ def speedup_table(seconds: Mapping[str, float], baseline: str) -> list[tuple[str
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Plain-text table with right-aligned numbers (floats to 2 decimals)."""
+    """Plain-text table with right-aligned numbers (floats to 2 decimals) (chapter 1)."""
     cells = [[f"{v:.2f}" if isinstance(v, float) else str(v) for v in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
@@ -141,7 +141,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def plot_speedup(devices: Sequence[int], speedups: Sequence[float], *, label: str = "measured",
                  ax: Any = None, title: str = "Speed-up vs number of devices") -> Any:
-    """Plot measured speed-up against the ideal (linear) line; returns the matplotlib Axes."""
+    """Plot measured speed-up against the ideal (linear) line; returns the matplotlib Axes (chapter 2)."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -158,7 +158,7 @@ def plot_speedup(devices: Sequence[int], speedups: Sequence[float], *, label: st
 
 def plot_breakdown(labels: Sequence[str], parts: Mapping[str, Sequence[float]], *,
                    ax: Any = None, unit: str = "s per epoch", title: str = "") -> Any:
-    """Stacked horizontal bars: for each label, how the time splits into parts (e.g. wait / compute)."""
+    """Stacked horizontal bars: for each label, how the time splits into parts (e.g. wait / compute) (chapter 1)."""
     import matplotlib.pyplot as plt
 
     if ax is None:

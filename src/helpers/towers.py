@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .quiet import import_tensorflow
+from dpc_runtime.quiet import import_tensorflow
 
 N_FEATURES = 20
 N_CLASSES = 5
@@ -15,7 +15,7 @@ N_CLASSES = 5
 
 def make_model(n_features: int = N_FEATURES, n_classes: int = N_CLASSES, hidden: int = 32, *,
                batch_norm: bool = False, seed: int = 0) -> Any:
-    """A small Keras classifier (Dense, [BatchNorm], ReLU, Dense); the same seed gives the same weights."""
+    """A small Keras classifier (Dense, [BatchNorm], ReLU, Dense); the same seed gives the same weights (chapter 4)."""
     import keras
 
     def init(k: int) -> Any:
@@ -32,7 +32,7 @@ def make_model(n_features: int = N_FEATURES, n_classes: int = N_CLASSES, hidden:
 
 def make_batch(n: int, n_features: int = N_FEATURES, n_classes: int = N_CLASSES,
                seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A batch of n examples (float32 features, int32 labels that depend on the features)."""
+    """A batch of n examples (float32 features, int32 labels that depend on the features) (chapter 4)."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, n_features)).astype("float32")
     w = np.random.default_rng(12345).normal(size=(n_features, n_classes))
@@ -41,7 +41,7 @@ def make_batch(n: int, n_features: int = N_FEATURES, n_classes: int = N_CLASSES,
 
 
 def split_sizes(batch: int, speeds: Sequence[float]) -> list[int]:
-    """Split batch examples between devices in proportion to their speeds (sizes sum to batch)."""
+    """Split batch examples between devices in proportion to their speeds (sizes sum to batch) (chapter 4)."""
     if batch < 0 or int(batch) != batch:
         raise ValueError(f"batch={batch!r}: pass a whole number of examples >= 0")
     speeds = [float(s) for s in speeds]
@@ -57,7 +57,7 @@ def split_sizes(batch: int, speeds: Sequence[float]) -> list[int]:
 
 
 def single_device_step(model: Any, optimizer: Any, loss_fn: Any, x: Any, y: Any) -> Any:
-    """One ordinary training step on the whole batch (the reference the towers must match); returns the loss."""
+    """One ordinary training step on the whole batch (the reference the towers must match); returns the loss (chapter 2)."""
     tf = import_tensorflow()
 
     with tf.GradientTape() as tape:
@@ -68,7 +68,7 @@ def single_device_step(model: Any, optimizer: Any, loss_fn: Any, x: Any, y: Any)
 
 
 def max_abs_diff(a: Sequence[Any], b: Sequence[Any]) -> float:
-    """Largest |a_i - b_i| over two equally long lists of arrays, tensors or variables."""
+    """Largest |a_i - b_i| over two equally long lists of arrays, tensors or variables (chapter 4)."""
     if len(a) != len(b):
         raise ValueError(f"cannot compare {len(a)} arrays with {len(b)}")
     return max((float(np.max(np.abs(np.asarray(u) - np.asarray(v)))) for u, v in zip(a, b)),
@@ -76,13 +76,13 @@ def max_abs_diff(a: Sequence[Any], b: Sequence[Any]) -> float:
 
 
 def n_params(variables: Sequence[Any]) -> int:
-    """Number of values held by a list of variables."""
+    """Number of values held by a list of variables (chapter 1)."""
     return int(sum(np.prod(v.shape) for v in variables))
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes a tower step keeps on the variable device and on every other tower device."""
+    """Bytes a tower step keeps on the variable device and on every other tower device (chapter 4)."""
 
     params: int        # the variables themselves (one copy, on the variable device)
     gathered: int      # every tower's gradient, copied to the variable device to be averaged
@@ -102,7 +102,7 @@ class MemoryEstimate:
 
 def memory_estimate(n_values: int, n_towers: int, slots_per_param: int,
                     bytes_per_value: int = 4) -> MemoryEstimate:
-    """Estimate the tower recipe's memory (activations excluded) for a model of n_values parameters."""
+    """Estimate the tower recipe's memory (activations excluded) for a model of n_values parameters (chapter 4)."""
     p = int(n_values) * bytes_per_value
     return MemoryEstimate(params=p, gathered=n_towers * p, averaged=p, slots=slots_per_param * p,
                           tower_copy=p, tower_grad=p)

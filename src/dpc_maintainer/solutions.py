@@ -1,8 +1,8 @@
 """Execute every course and solution notebook on the hardware present and write a report.
 
-    python tools/solutions.py [--ci] [--only SUBSTRING] [--out build/solutions]
+    python -m dpc_maintainer.solutions [--ci] [--only SUBSTRING] [--out build/solutions]
 
-`make solutions` runs this. The notebooks and what they need are declared in tools/notebooks.yml:
+`make solutions` runs this. The notebooks and what they need are declared in course.yml:
 
     solutions/07-ddp-syncbn/ddp-syncbn.ipynb:
       ci: {N_STEPS: 2}                 # small parameters (CI, --ci)
@@ -30,12 +30,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import yaml
+from dpc_runtime import manifest
+from dpc_runtime.metrics import ENV as METRICS_ENV, read as read_metrics
 
-ROOT = Path(__file__).resolve().parents[1]
-MANIFEST = ROOT / "tools" / "notebooks.yml"
-sys.path.insert(0, str(ROOT / "src"))
-from helpers.metrics import ENV as METRICS_ENV, read as read_metrics  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -81,11 +79,6 @@ def look_at_hardware() -> Hardware:
     cores, torch_gpus, tf_gpus, line = json.loads(out)
     names = torch_gpus or tf_gpus
     return Hardware(cores, max(len(torch_gpus), len(tf_gpus)), names, line)
-
-
-def load_manifest(path: Path = MANIFEST) -> dict[str, dict]:
-    """The notebooks and their settings, in the manifest's order."""
-    return yaml.safe_load(path.read_text()) or {}
 
 
 def plan(notebook: str, settings: dict, hw: Hardware, ci: bool) -> Plan:
@@ -164,18 +157,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ci", action="store_true", help="use the small CI parameters")
     ap.add_argument("--only", default="", help="run only notebooks whose path contains this")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "solutions")
-    ap.add_argument("--manifest", type=Path, default=MANIFEST)
+    ap.add_argument("--manifest", type=Path, default=manifest.MANIFEST)
     ap.add_argument("--cell-timeout", type=int, default=1800, help="seconds per cell")
     a = ap.parse_args(argv)
-    manifest = {k: v or {} for k, v in load_manifest(a.manifest).items() if a.only in k}
-    if not manifest:
+    chosen = {k: v for k, v in manifest.notebooks(a.manifest).items() if a.only in k}
+    if not chosen:
         print(f"solutions: no notebook in {a.manifest} matches {a.only!r}", file=sys.stderr)
         return 2
     hw = look_at_hardware()
-    print(f"solutions: {len(manifest)} notebook(s) on {hw.line}", flush=True)
+    print(f"solutions: {len(chosen)} notebook(s) on {hw.line}", flush=True)
     a.out.mkdir(parents=True, exist_ok=True)
     results = []
-    for notebook, settings in manifest.items():
+    for notebook, settings in chosen.items():
         p = plan(notebook, settings, hw, a.ci)
         for flag, why in p.skipped.items():
             print(f"  {notebook}: section {flag} skipped: {why}", flush=True)

@@ -1,6 +1,6 @@
 """Prepare the chapter notebooks for the notebook tests.
 
-For each notebook of course/ listed in tools/notebooks.yml, papermill (--prepare-only) injects the
+For each notebook of course/ listed in course.yml, papermill (--prepare-only) injects the
 CI parameters after the cell tagged `parameters` and writes a copy under build/nbtest/, keeping the
 recorded outputs; `pytest --nbval-lax build/nbtest` then executes the copies and compares the
 outputs of the cells marked `# NBVAL_CHECK_OUTPUT` with the recorded ones.
@@ -16,15 +16,16 @@ import sys
 from pathlib import Path
 
 import papermill as pm
-import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from dpc_runtime import manifest
+
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "nbtest"
 
 
 def listed() -> dict[str, dict]:
-    """The notebooks of tools/notebooks.yml with their settings."""
-    return yaml.safe_load((ROOT / "tools" / "notebooks.yml").read_text())
+    """The notebooks of course.yml with their settings."""
+    return manifest.notebooks()
 
 
 def prepare(out: Path = OUT) -> list[Path]:

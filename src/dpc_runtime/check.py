@@ -1,12 +1,12 @@
 """Check a lab the way the grader runs it: exit 0 when every visible test passes, 1 otherwise.
 
-    python tools/check.py labs/01-input-pipeline                 # every notebook of the lab
-    python tools/check.py labs/01-input-pipeline/input-pipeline.ipynb
+    python -m dpc_runtime.check labs/01-input-pipeline                 # every notebook of the lab
+    python -m dpc_runtime.check labs/01-input-pipeline/input-pipeline.ipynb
     make check LAB=01-input-pipeline
 
 The notebook runs top to bottom on a copy (your file is not changed), in a fresh kernel, with the
 grader's per-cell time limits (nbgrader_config.py) and in the grader's sandbox where this machine
-has one (tools/sandbox.py: no network but loopback, only its own folder writable). Then a table
+has one (src/dpc_runtime/sandbox.py: no network but loopback, only its own folder writable). Then a table
 lists every test cell: its points, and whether it passed. The grader also runs hidden tests, so
 full marks here are necessary, not sufficient.
 """
@@ -14,23 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import runpy
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import sandbox  # noqa: E402
+from dpc_runtime import manifest, sandbox
+from dpc_runtime.notebook import nbgrader
 
-
-def cell_timeout_rule():
-    """The grader's per-cell time limit function, from the repository's nbgrader_config.py."""
-    from traitlets.config import Config
-
-    ns = runpy.run_path(str(ROOT / "nbgrader_config.py"), init_globals={"get_config": Config})
-    return ns["cell_timeout"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def execute(notebook: Path, result: Path) -> None:
@@ -39,13 +31,13 @@ def execute(notebook: Path, result: Path) -> None:
     from nbclient import NotebookClient
 
     nb = nbformat.read(notebook, as_version=4)
-    client = NotebookClient(nb, timeout_func=cell_timeout_rule(), interrupt_on_timeout=True,
+    client = NotebookClient(nb, timeout_func=manifest.cell_timeout, interrupt_on_timeout=True,
                             allow_errors=True, kernel_name="python3",
                             resources={"metadata": {"path": str(notebook.parent)}})
     client.execute()
     rows = []
     for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
+        meta = nbgrader(cell)
         if not meta.get("grade") or cell.cell_type != "code":
             continue
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]

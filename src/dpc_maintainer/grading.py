@@ -1,10 +1,10 @@
 """Grading throughput: students per minute at 1 job and at N jobs, side by side, as a ratio.
 
-    python benchmarks/grading.py [--labs 01-input-pipeline,07-ddp-syncbn] [--students 4] [--jobs N]
+    python -m dpc_maintainer.grading [--labs 01-input-pipeline,07-ddp-syncbn] [--students 4] [--jobs N]
 
 Each "student" hands in the lab's reference solution (full marks expected), and the class is graded
-exactly as `make grade` does (tools/grade.py: sandboxed, into a throw-away course gradebook), once
-with --jobs 1 and once with --jobs N (default: tools/grade.py's own default for the lab, at least
+exactly as `make grade` does (src/dpc_instructor/grade.py: sandboxed, into a throw-away course gradebook), once
+with --jobs 1 and once with --jobs N (default: src/dpc_instructor/grade.py's own default for the lab, at least
 2), alternating, --rounds times. Prints the median students/minute of each and their ratio; exit 1
 if a student did not get full marks. The machine is shared and noisy: read the ratio, not the times.
 """
@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import grade  # noqa: E402  (its default number of jobs)
+from dpc_instructor import grade  # its default number of jobs
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def grade_class(lab: str, students: int, jobs: int, tmp: Path) -> tuple[float, list[str]]:
@@ -38,7 +38,7 @@ def grade_class(lab: str, students: int, jobs: int, tmp: Path) -> tuple[float, l
     course, out = tmp / f"course-{jobs}", tmp / f"grades-{jobs}.csv"
     shutil.rmtree(course, ignore_errors=True)
     start = time.monotonic()
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "grade.py"), str(subs), "--lab", lab,
+    done = subprocess.run([sys.executable, "-m", "dpc_instructor.grade", str(subs), "--lab", lab,
                            "--course", str(course), "--jobs", str(jobs), "--out", str(out)],
                           capture_output=True, text=True)
     took = time.monotonic() - start

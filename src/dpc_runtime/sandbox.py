@@ -12,9 +12,9 @@ The sandbox is Debian's `bubblewrap` (`bwrap`, no daemon; apt-get install bubble
 - limits on memory and process count (a cgroup of its own, where the machine lets us create one),
   the size of any file written (RLIMIT_FSIZE) and, by the caller, wall time.
 
-`tools/grade.py` runs each student's `nbgrader autograde` in one sandbox and each kernel in a second,
+`src/dpc_instructor/grade.py` runs each student's `nbgrader autograde` in one sandbox and each kernel in a second,
 tighter one (the kernel cannot read nbgrader's database, which holds the hidden tests);
-`tools/check.py` (a student's self-check) runs the notebook in one.
+`src/dpc_runtime/check.py` (a student's self-check) runs the notebook in one.
 """
 from __future__ import annotations
 
@@ -28,9 +28,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from dpc_runtime.launch import MARKER, kill_launch  # one process-tree killer for the course
+
+ROOT = Path(__file__).resolve().parents[2]
 # Read-only parts of the course a notebook may use (the kernel imports helpers; chapters' workers).
-COURSE_READ = [ROOT / ".venv", ROOT / "src", ROOT / "examples", ROOT / "nbgrader_config.py"]
+COURSE_READ = [ROOT / ".venv", ROOT / "src", ROOT / "examples", ROOT / "nbgrader_config.py", ROOT / "course.yml"]
 SYSTEM_READ = ["/usr", "/etc", "/opt", "/var/lib/dpkg/alternatives"]
 SYSTEM_LINKS = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
 INSTALL = "as root: apt-get install bubblewrap"
@@ -232,9 +234,6 @@ class Outcome:
 def run_limited(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
                 limits: Limits = Limits(), capture: bool = True) -> Outcome:
     """Run argv in its own session and cgroup, files capped; kill everything it started at the end."""
-    if str(ROOT / "src") not in sys.path:
-        sys.path.insert(0, str(ROOT / "src"))
-    from helpers.launch import MARKER, kill_launch  # one process-tree killer for the course
 
     launch_id = uuid.uuid4().hex
     cgroup = Cgroup(limits)

@@ -1,6 +1,6 @@
 """Every benchmark of the course in one run, then one table of the ratios against their goals.
 
-    python benchmarks/run_all.py [--quick] [--only NAME] [--strict] [--out build/bench] [--summary-only]
+    python -m dpc_maintainer.run_all [--quick] [--only NAME] [--strict] [--out build/bench] [--summary-only]
 
 `make bench` runs this. Each benchmark is its own script (run here one after the other, in a
 child process, so one crash does not hide the others) that prints its own table and writes its
@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"  # the benchmark scripts this runs side by side
 # name: (script, extra arguments). Order: cheap and independent first.
 BENCHMARKS: dict[str, tuple[str, list[str]]] = {
     "input_pipeline": ("input_pipeline.py", []),
@@ -35,7 +35,7 @@ def run_one(name: str, out: Path, quick: bool, timeout: float) -> tuple[dict | N
     script, extra = BENCHMARKS[name]
     path = out / f"{name}.json"
     path.unlink(missing_ok=True)
-    cmd = [sys.executable, str(HERE / script), "--json", str(path), *extra] + (["--quick"] if quick else [])
+    cmd = [sys.executable, str(BENCH / script), "--json", str(path), *extra] + (["--quick"] if quick else [])
     print(f"\n=== {name}: {' '.join(cmd[1:])}", flush=True)
     start = time.monotonic()
     try:

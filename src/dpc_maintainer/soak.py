@@ -1,6 +1,6 @@
 """Soak: every kind of distributed launch the course makes, again and again, on a loaded machine.
 
-    python benchmarks/soak.py [--rounds 12] [--parallel 3] [--burst 20] [--hog N] [--only a,b]
+    python -m dpc_maintainer.soak [--rounds 12] [--parallel 3] [--burst 20] [--hog N] [--only a,b]
                               [--legacy-exit] [--json build/soak/soak.json]
 
 `make soak` runs this. A classroom node is one shared machine where many students launch jobs at
@@ -36,12 +36,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+import helpers
+from dpc_runtime.launch import LaunchError, LaunchResult
+from helpers.multinode import launch_nodes
 
-import helpers  # noqa: E402
-from helpers.launch import LaunchError, LaunchResult  # noqa: E402
-from helpers.multinode import launch_nodes  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 TIMEOUT = 600.0  # per launch; a launch still running then counts as a failure (a hang)
 LEGACY_END = ("import torch.distributed as _dist\n"

@@ -1,7 +1,7 @@
 """Autograde a class's submissions of one lab: N students at once, each in a sandbox, into the
 course's one gradebook.
 
-    python tools/grade.py SUBMISSIONS --lab 01-input-pipeline [--course DIR] [--jobs N] [--out CSV]
+    python -m dpc_instructor.grade SUBMISSIONS --lab 01-input-pipeline [--course DIR] [--jobs N] [--out CSV]
 
 SUBMISSIONS holds one entry per student, any of:
     SUBMISSIONS/<student>/<lab>/<notebook>.ipynb     (nbgrader's layout; a timestamp.txt beside it
@@ -11,7 +11,7 @@ SUBMISSIONS holds one entry per student, any of:
 The submissions are read, never modified.
 
 Each student is graded in a private nbgrader course folder of their own (a copy of the lab's
-source and an empty gradebook), with `nbgrader autograde` inside a sandbox (tools/sandbox.py: no
+source and an empty gradebook), with `nbgrader autograde` inside a sandbox (src/dpc_runtime/sandbox.py: no
 network but its own loopback, only its own folder writable, memory/process/file-size limits) and
 the kernel inside a second one that cannot read nbgrader's database (it holds the hidden tests).
 Per-cell time limits come from the repository's nbgrader_config.py (keyed on grade ids), plus a
@@ -19,7 +19,7 @@ wall-clock limit per student. Before grading, the cells a student may not change
 the release: a test or locked cell that lost its nbgrader metadata gets it back, points and flags
 are the release's (the note column says what was repaired).
 
-The result is added to the course gradebook (tools/gradebook.py; default build/course): a regraded
+The result is added to the course gradebook (src/dpc_instructor/gradebook.py; default build/course): a regraded
 student replaces only their own lab; everyone else is untouched; runs may overlap. The CSV written
 by --out has one row per student of this run; `make grades` exports the whole course.
 """
@@ -40,15 +40,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-sys.path.insert(0, str(ROOT / "tools"))
-import gradebook  # noqa: E402  (the course gradebook; runs nbgrader)
-import sandbox  # noqa: E402
+from dpc_instructor import gradebook  # the course gradebook; runs nbgrader
+from dpc_runtime import manifest, notebook, sandbox
 
-# Ranks (processes) one grading of a lab keeps busy at once: the default number of jobs is the
-# machine's cores divided by this.
-LAB_RANKS = {"05-ring-allreduce": 2, "06-horovod": 2, "07-ddp-syncbn": 2, "09-zero": 2}
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
 
 
 @dataclass
@@ -117,29 +113,29 @@ def repair(nb: dict, release: dict) -> tuple[dict, list[str]]:
     matched to the missing release cell whose source it most resembles. nbgrader then restores the
     sources of test and locked cells from its database (and re-adds deleted ones).
     """
-    meta = {c["metadata"]["nbgrader"]["grade_id"]: c for c in release["cells"]
-            if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")}
+    meta = notebook.by_grade_id(release)
     notes = []
     seen = set()
     for cell in nb["cells"]:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        gid = notebook.grade_id(cell)
         if gid in meta and gid not in seen:
             seen.add(gid)
-            want = meta[gid]["metadata"]["nbgrader"]
-            have = cell["metadata"]["nbgrader"]
+            want = notebook.nbgrader(meta[gid])
+            have = notebook.nbgrader(cell)
             if not want.get("solution") and {k: have.get(k) for k in want} != want:
                 notes.append(f"restored the metadata of {gid}")
             cell["metadata"]["nbgrader"] = dict(want) if not want.get("solution") else {**have, **want}
-    text = lambda c: "".join(c["source"]) if isinstance(c["source"], list) else c["source"]  # noqa: E731
     for gid, rel in meta.items():
-        if gid in seen or rel["metadata"]["nbgrader"].get("solution"):
+        if gid in seen or notebook.nbgrader(rel).get("solution"):
             continue
-        bare = [c for c in nb["cells"] if not c.get("metadata", {}).get("nbgrader")
-                and c["cell_type"] == rel["cell_type"]]
-        score = lambda c: difflib.SequenceMatcher(None, text(c), text(rel)).ratio()  # noqa: E731
+        bare = [c for c in nb["cells"] if not notebook.nbgrader(c) and c["cell_type"] == rel["cell_type"]]
+
+        def score(c: dict, rel: dict = rel) -> float:
+            return difflib.SequenceMatcher(None, notebook.source(c), notebook.source(rel)).ratio()
+
         best = max(bare, key=score, default=None)
         if best is not None and score(best) >= 0.6:
-            best.setdefault("metadata", {})["nbgrader"] = dict(rel["metadata"]["nbgrader"])
+            best.setdefault("metadata", {})["nbgrader"] = dict(notebook.nbgrader(rel))
             notes.append(f"restored the lost metadata of {gid}")
             seen.add(gid)
         else:
@@ -279,7 +275,7 @@ def why_failed(log: str, code: int, limits: sandbox.Limits) -> str:
 
 def default_jobs(lab: str, students: int) -> int:
     """As many students at once as the machine has cores for the lab's ranks (at least 1)."""
-    return max(1, min(students, (os.cpu_count() or 1) // LAB_RANKS.get(lab, 1)))
+    return max(1, min(students, (os.cpu_count() or 1) // manifest.lab_ranks(lab)))
 
 
 def write_csv(students: list[Student], lab: str, out: Path) -> None:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # System packages the course uses beyond Python, installed from Debian's archive when missing:
-#   bubblewrap        the sandbox every graded notebook runs in (tools/sandbox.py)
-#   slurm-wlm, munge  a two-node SLURM cluster on this machine (tools/cluster.py, `make cluster-test`)
-# Run by tools/setup.sh (so by every make target). It installs only as root on a machine with apt
+#   bubblewrap        the sandbox every graded notebook runs in (src/dpc_runtime/sandbox.py)
+#   slurm-wlm, munge  a two-node SLURM cluster on this machine (src/dpc_setup/cluster.py, `make cluster-test`)
+# Run by src/dpc_setup/setup.sh (so by every make target). It installs only as root on a machine with apt
 # (a CI runner, a container, a course's grading box). Elsewhere it installs nothing and prints one
 # line naming what is missing: `make grade` then refuses (or runs unsandboxed with
 # DPC_SANDBOX=off), and the SLURM tests skip with that reason.

@@ -10,7 +10,7 @@
 #   0003-tf-keras-backend.patch  horovod.tensorflow.keras took its backend from `keras`, which is
 #                             Keras 3 now; Horovod drives tf-keras (TF_USE_LEGACY_KERAS=1) only.
 #
-# Usage: tools/horovod/build.sh PYTHON   -> prints the path of the cached wheel on its last line.
+# Usage: src/dpc_setup/horovod/build.sh PYTHON   -> prints the path of the cached wheel on its last line.
 # Cache: $DPC_CACHE (default ~/.cache/dp-course)/horovod/<key>/, where key changes with Python,
 # TensorFlow, PyTorch, CUDA and the patches, so a stale wheel is never reused.
 # GPU: when nvcc and a CUDA build of torch are present, NCCL is built in (HOROVOD_GPU_OPERATIONS=NCCL).

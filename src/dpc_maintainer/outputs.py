@@ -1,8 +1,8 @@
 """Commit an executed notebook: copy it over its source without run metadata or this machine's paths.
 
-    python tools/outputs.py writeback build/solutions/course/07-ddp-syncbn.ipynb course/07-ddp-syncbn.ipynb
-    python tools/outputs.py scrub course/10-failures.ipynb      # in place: only the paths
-    python tools/outputs.py check                               # exit 1 if a committed output has them
+    python -m dpc_maintainer.outputs writeback build/solutions/course/07-ddp-syncbn.ipynb course/07-ddp-syncbn.ipynb
+    python -m dpc_maintainer.outputs scrub course/10-failures.ipynb      # in place: only the paths
+    python -m dpc_maintainer.outputs check                               # exit 1 if a committed output has them
 
 Chapters are committed executed with their default parameters (CONTRIBUTING). Papermill's and the
 executor's cell metadata change on every run and carry nothing for a reader, and absolute paths of
@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _scrub_text(value: object, root: str) -> object:

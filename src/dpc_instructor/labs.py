@@ -1,8 +1,8 @@
 """Generate the student labs (labs/) from their single source (solutions/) with nbgrader, or check
 that labs/ is up to date.
 
-    python tools/labs.py generate   # what `make labs` runs
-    python tools/labs.py check      # exit 1 and list the stale files when labs/ is out of date
+    python -m dpc_instructor.labs generate   # what `make labs` runs
+    python -m dpc_instructor.labs check      # exit 1 and list the stale files when labs/ is out of date
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 NBGRADER = str(BIN / "nbgrader")
 # nbgrader runs `alembic` from PATH: make sure it finds this environment's.

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Idempotent set-up, run by every make target: a virtual environment .venv with the pinned
-# packages (requirements.txt), the course's helpers (src/helpers, editable), and Horovod built from
-# source with the course's patches (cached outside the repo, see tools/horovod/build.sh).
+# packages (requirements.txt), the course's helpers (src/, editable: helpers and the other course packages), and Horovod built from
+# source with the course's patches (cached outside the repo, see src/dpc_setup/horovod/build.sh).
 # A second run only checks a stamp and returns in about a second.
 # Variables: PYTHON (default python3), DPC_HOROVOD=0 to skip Horovod, DPC_CACHE for the wheel cache,
 # DPC_GPU=1/0 to force/skip the GPU extras (default: on when `nvidia-smi -L` lists a GPU).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.dpc-setup
 LOG=build/setup.log
 mkdir -p build
 
-bash tools/system.sh  # bubblewrap, slurm-wlm, munge (only what is missing; see the script)
+bash src/dpc_setup/system.sh  # bubblewrap, slurm-wlm, munge (only what is missing; see the script)
 
 command -v "$PYTHON" >/dev/null || { echo "setup: $PYTHON not found: install Python 3.11 (3.10-3.12 work)" >&2; exit 1; }
 "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 10) else 1)' \
@@ -25,7 +25,7 @@ GPU=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then GPU=1; fi
 GPU=${DPC_GPU:-$GPU}
 
-WANT=$(cat requirements.txt pyproject.toml tools/setup.sh tools/horovod/build.sh tools/horovod/patches/*.patch \
+WANT=$(cat requirements.txt pyproject.toml src/dpc_setup/setup.sh src/dpc_setup/horovod/build.sh src/dpc_setup/horovod/patches/*.patch \
        | sha256sum | cut -c1-16)-hvd${DPC_HOROVOD:-1}-gpu$GPU
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ]; then
   echo "setup: .venv is up to date"
@@ -52,7 +52,7 @@ fi
 "$VENV/bin/python" -m pip install --no-deps -e . >>"$LOG" 2>&1
 
 if [ "${DPC_HOROVOD:-1}" != 0 ]; then
-  WHEEL=$(tools/horovod/build.sh "$VENV/bin/python" | tee -a "$LOG" | tail -n 1)
+  WHEEL=$(src/dpc_setup/horovod/build.sh "$VENV/bin/python" | tee -a "$LOG" | tail -n 1)
   "$VENV/bin/python" -m pip install --no-deps --force-reinstall "$WHEEL" >>"$LOG" 2>&1
   # Horovod's own report of what it was built with: TensorFlow, PyTorch and Gloo must be [X].
   "$VENV/bin/horovodrun" --check-build 2>>"$LOG" | tee -a "$LOG" | sed -n '/Available Frameworks/,/Available Tensor/p' \
@@ -63,7 +63,7 @@ fi
 # TCP without encryption" (about a local kernel's sockets) would otherwise greet every nbconvert,
 # papermill and nbgrader run. Kernels read this file from <env>/etc/ipython.
 mkdir -p "$VENV/etc/ipython"
-echo 'c.IPKernelApp.log_level = "ERROR"  # written by tools/setup.sh' > "$VENV/etc/ipython/ipython_kernel_config.py"
+echo 'c.IPKernelApp.log_level = "ERROR"  # written by src/dpc_setup/setup.sh' > "$VENV/etc/ipython/ipython_kernel_config.py"
 
 echo "$WANT" > "$STAMP"
 echo "setup: done in $(( $(date +%s) - start )) s"

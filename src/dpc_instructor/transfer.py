@@ -1,27 +1,26 @@
 """How much of each lab's answer a student could paste from the chapters (the labs must test transfer).
 
 For every lab in solutions/, the answer lines (between ``### BEGIN SOLUTION`` and ``### END
-SOLUTION``, as tools/release.py reads them) are compared, whitespace-stripped, with every line of the chapters' code cells and of
+SOLUTION``, as src/dpc_instructor/release.py reads them) are compared, whitespace-stripped, with every line of the chapters' code cells and of
 their committed outputs (which include any source a chapter prints). Blank lines, comments and lines
 without content of their own (``else:``, ``)``, ``pass``) are not counted. Two numbers per lab:
 the share of answer lines found verbatim in a chapter, and the longest run of consecutive answer
 lines all found there (a pasteable block).
 
-    python tools/transfer.py          # a table, every lab
-    python tools/transfer.py --show 04-manual-towers   # the lines found, and where
+    python -m dpc_instructor.transfer          # a table, every lab
+    python -m dpc_instructor.transfer --show 04-manual-towers   # the lines found, and where
 """
 from __future__ import annotations
 
 import argparse
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import release  # noqa: E402  (the rule of what an answer line is)
+from dpc_instructor import release  # the rule of what an answer line is
+
+ROOT = Path(__file__).resolve().parents[2]
 
 MAX_SHARE = 0.20   # at most this share of a lab's answer lines may appear in a chapter
 MAX_RUN = 2        # and never more than this many consecutive ones

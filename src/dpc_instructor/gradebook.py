@@ -1,7 +1,7 @@
 """The course's one gradebook: every lab, every student, every grading run added to it.
 
-    python tools/gradebook.py export [--course DIR] [--out course-grades.csv]   (make grades)
-    python tools/gradebook.py feedback [--course DIR] [--out DIR]               (make feedback)
+    python -m dpc_instructor.gradebook export [--course DIR] [--out course-grades.csv]   (make grades)
+    python -m dpc_instructor.gradebook feedback [--course DIR] [--out DIR]               (make feedback)
 
 The course folder (default build/course; `COURSE=...` with make) is an nbgrader course:
     gradebook.db               nbgrader's gradebook (all labs, all students)
@@ -21,7 +21,6 @@ import fcntl
 import html
 import json
 import os
-import re
 import shutil
 import sys
 import time
@@ -29,13 +28,11 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from dpc_runtime import notebook, sandbox  # sandbox.run_limited runs every nbgrader command
+
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 DEFAULT = ROOT / "build" / "course"
-sys.path.insert(0, str(ROOT / "tools"))
-import sandbox  # noqa: E402  (its run_limited runs every nbgrader command)
-
-HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.M | re.S)
 
 
 def nbgrader_course(folder: Path, lab: str, write_source: bool = True) -> None:
@@ -243,11 +240,9 @@ def scrub(nb: dict, test_ids: set[str]) -> dict:
     """A graded notebook with hidden tests cut from test cells, and their tracebacks reduced to
     the error's name and message (a traceback quotes the hidden lines)."""
     for cell in nb["cells"]:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if gid not in test_ids or cell["cell_type"] != "code":
+        if notebook.grade_id(cell) not in test_ids or cell["cell_type"] != "code":
             continue
-        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        cell["source"] = HIDDEN.sub("# (hidden tests run here)\n", source)
+        cell["source"] = notebook.hide_hidden_tests(notebook.source(cell))
         outputs = []
         for o in cell.get("outputs", []):
             if o.get("output_type") == "error":

@@ -1,0 +1,305 @@
+"""The course's worker protocol: how every distributed script starts, reports and ends.
+
+A worker script (started by torchrun, horovodrun, srun, the `tf` launcher or plain python)::
+
+    from helpers.worker import finish, report, start
+
+    me = start()                # who am I; torch process group up (gloo or nccl), device pinned
+    ...                         # the work
+    report(loss=0.12, same=True)  # one line the notebook reads back: LaunchResult.report(rank)
+    finish()                    # every rank waits for the others, then the process ends, code 0
+
+Three lines on stdout carry the protocol, each a tag and one JSON object; `helpers.launch` reads
+them and does not echo them: `DPC-START` (this rank is up, with its pid), `DPC-RESULT` (what
+`report` was given) and `DPC-DONE` (the rank finished; `synced` when every rank had reached the
+final barrier first).
+
+Why `finish` ends the process with `os._exit`: at a normal interpreter exit, C++ destructors run
+while gloo's (and Horovod's) background threads may still hold work objects; on a loaded machine
+this sometimes aborts a rank that has already finished (`terminate called without an active
+exception`, SIGABRT). `os._exit` ends the process after the results are flushed, without running
+that teardown: nothing is left to go wrong once a rank has said it is done.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import faulthandler
+import json
+import linecache
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+START, RESULT, DONE = "DPC-START", "DPC-RESULT", "DPC-DONE"
+TAGS = (START, RESULT, DONE)
+
+__all__ = ["DONE", "RESULT", "START", "TAGS", "Frame", "Worker", "backend_for", "finish",
+           "parse_line", "place", "report", "slurm_first_host", "slurm_place", "slurm_tasks_per_node",
+           "start", "stuck_at", "where_now"]
+
+Frame = tuple[str, int, str]  # (file, line, function) of a Python stack frame
+
+# A rank whose innermost frame is in one of these, or on a line that calls one of these, is
+# waiting for its peers (a victim if they never come); anywhere else it is busy with its own work.
+_COMM_FILES = re.compile(r"[/\\](torch[/\\]distributed|horovod|gloo|nccl)[/\\]")
+_COMM_CALL = re.compile(r"\b(wait|recv|irecv|send|isend|barrier|monitored_barrier|all_reduce|allreduce|"
+                        r"allreduce_|broadcast|all_gather|allgather|all_gather_object|reduce_scatter|"
+                        r"reduce|gather|scatter|all_to_all|alltoall|broadcast_parameters|"
+                        r"broadcast_object)\s*\(")
+# Frames of threads that are only idling (a watcher thread, a queue): not where the work is.
+_IDLE_FILES = re.compile(r"[/\\](threading|queue|selectors|subprocess|socketserver)\.py$")
+
+
+@dataclass(frozen=True)
+class Worker:
+    """Where this process sits (rank, world, rank on its machine), who said so, and its device."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    source: str = "none"  # 'torchrun', 'horovod', 'tf', 'slurm' or 'none' (plain `python x.py`)
+    backend: str | None = None  # the torch process group's backend: 'gloo', 'nccl' or None
+    device: str = "cpu"  # 'cpu' or 'cuda:<local_rank>'
+    master_addr: str | None = None  # where rank 0 listens (torchrun's MASTER_ADDR; SLURM: first host)
+    master_port: str | None = None
+
+    @property
+    def distributed(self) -> bool:
+        """True when launched as one rank of a job (even a job of one rank)."""
+        return self.source != "none"
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0: the one process that prints, logs and saves."""
+        return self.rank == 0
+
+
+def slurm_first_host(nodelist: str) -> str:
+    """First host of a SLURM node list: 'gpu[03-05,9],cpu1' -> 'gpu03' (what scontrol would give)."""
+    import re
+
+    first = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if not first:
+        raise ValueError(f"cannot read SLURM node list {nodelist!r}")
+    prefix, ranges = first.group(1), first.group(2)
+    return prefix + ranges.split(",")[0].split("-")[0] if ranges else prefix
+
+
+def _int(env: Mapping[str, str], key: str, default: int) -> int:
+    value = env.get(key, "")
+    value = value.split("(")[0]  # SLURM writes repeated counts as '4(x2)'
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{key}={env[key]!r} is not a whole number") from None
+
+
+def place(environ: Mapping[str, str] | None = None) -> Worker:
+    """Rank, world size and local rank from torchrun, horovodrun, TF_CONFIG or srun (in that order)."""
+    env = os.environ if environ is None else environ
+    if "TF_CONFIG" in env and "TORCHELASTIC_RUN_ID" not in env:
+        cfg = json.loads(env["TF_CONFIG"])
+        world = sum(len(v) for v in cfg.get("cluster", {}).values())
+        rank = int(cfg.get("task", {}).get("index", 0))
+        return Worker(rank, world, _int(env, "LOCAL_RANK", rank), _int(env, "LOCAL_WORLD_SIZE", world), "tf")
+    if "RANK" in env and "WORLD_SIZE" in env:
+        world = _int(env, "WORLD_SIZE", 1)
+        return Worker(_int(env, "RANK", 0), world, _int(env, "LOCAL_RANK", 0),
+                      _int(env, "LOCAL_WORLD_SIZE", world), "torchrun",
+                      master_addr=env.get("MASTER_ADDR"), master_port=env.get("MASTER_PORT"))
+    if "HOROVOD_RANK" in env:
+        world = _int(env, "HOROVOD_SIZE", 1)
+        return Worker(_int(env, "HOROVOD_RANK", 0), world, _int(env, "HOROVOD_LOCAL_RANK", 0),
+                      _int(env, "HOROVOD_LOCAL_SIZE", world), "horovod")
+    if "SLURM_PROCID" in env:
+        return slurm_place(env)
+    return Worker()
+
+
+def slurm_tasks_per_node(counts: str) -> list[int]:
+    """SLURM's compressed task counts, one per node: '2(x3),1' -> [2, 2, 2, 1]."""
+    out: list[int] = []
+    for item in counts.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
+        if not m:
+            raise ValueError(f"cannot read SLURM task counts {counts!r} (expected e.g. '2(x3),1')")
+        out += [int(m.group(1))] * int(m.group(2) or 1)
+    return out
+
+
+def slurm_place(environ: Mapping[str, str]) -> Worker:
+    """The one SLURM -> rank mapping (srun's task variables), used by place() and torch_env_from_slurm.
+
+    SLURM_PROCID -> rank, SLURM_NTASKS -> world size, SLURM_LOCALID -> local rank, and the local
+    world size is this node's entry (SLURM_NODEID) of the step's task counts: srun -N2 -n4 puts
+    3 tasks on node1 and 1 on node2 and sets SLURM_STEP_TASKS_PER_NODE=3,1 (no
+    SLURM_NTASKS_PER_NODE, which only --ntasks-per-node sets).
+    """
+    world = _int(environ, "SLURM_NTASKS", 1)
+    rank = _int(environ, "SLURM_PROCID", 0)
+    if not 0 <= rank < world:
+        raise ValueError(f"SLURM_PROCID={rank} is not in 0..{world - 1}")
+    node = _int(environ, "SLURM_NODEID", 0)
+    counts = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
+    per_node = slurm_tasks_per_node(counts) if counts else []
+    if node < len(per_node):
+        local_world = per_node[node]
+    else:  # no layout given (a hand-made environment): --ntasks-per-node, else tasks spread evenly
+        local_world = _int(environ, "SLURM_NTASKS_PER_NODE", -(-world // _int(environ, "SLURM_NNODES", 1)))
+    nodes = environ.get("SLURM_NODELIST") or environ.get("SLURM_JOB_NODELIST")
+    return Worker(rank, world, _int(environ, "SLURM_LOCALID", 0), local_world, "slurm",
+                  master_addr=environ.get("MASTER_ADDR") or (slurm_first_host(nodes) if nodes else None),
+                  master_port=environ.get("MASTER_PORT", "29500"))
+
+
+def backend_for(local_world_size: int, gpus: int) -> str:
+    """'nccl' when this machine has a GPU for each of its ranks, else 'gloo' (ranks on the CPU)."""
+    return "nccl" if gpus >= max(1, local_world_size) else "gloo"
+
+
+_me: Worker | None = None
+
+
+def start(backend: str | None = "auto", *, timeout: float = 300.0,
+          environ: Mapping[str, str] | None = None) -> Worker:
+    """Find this rank, start torch's process group (backend None: none) and pin the rank's device."""
+    global _me
+    env = os.environ if environ is None else environ
+    me = place(env)
+    if backend is not None and me.source in ("horovod", "tf"):
+        raise ValueError(f"launched by {'horovodrun' if me.source == 'horovod' else 'TF_CONFIG'}: that "
+                         "framework makes its own communication; call start(backend=None)")
+    launched = me.distributed or "DPC_LAUNCH_ID" in env
+    if launched:
+        # If the launcher stops this rank (a peer failed, a timeout), print where it was: the
+        # launcher tells a rank busy elsewhere (the culprit) from one waiting for a peer (a victim).
+        faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
+    if backend is not None:
+        import torch
+        import torch.distributed as dist
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        chosen = backend_for(me.local_world_size, gpus) if backend == "auto" else backend
+        if chosen not in ("gloo", "nccl"):
+            raise ValueError(f"backend={backend!r}: use 'auto', 'gloo', 'nccl' or None")
+        device = f"cuda:{me.local_rank}" if chosen == "nccl" else "cpu"
+        if chosen == "nccl":
+            torch.cuda.set_device(me.local_rank)  # before init: NCCL and .cuda() use this GPU
+        if me.distributed and not dist.is_initialized():
+            if me.source == "slurm":  # torchrun sets these itself; under srun the batch script does
+                os.environ.setdefault("MASTER_ADDR", me.master_addr or "127.0.0.1")
+                os.environ.setdefault("MASTER_PORT", me.master_port or "29500")
+            dist.init_process_group(chosen, rank=me.rank, world_size=me.world_size,
+                                    timeout=datetime.timedelta(seconds=timeout))
+        me = dataclasses.replace(me, backend=chosen if me.distributed else None, device=device)
+    _me = me
+    if launched:
+        _emit(START, {"rank": me.rank, "pid": os.getpid(), "world_size": me.world_size})
+    return me
+
+
+def _rank() -> int:
+    return (_me or place()).rank
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "tolist"):  # torch tensors, numpy arrays and scalars
+        return value.tolist()
+    raise TypeError(f"report() got a {type(value).__name__}: pass numbers, strings, bools, "
+                    "lists or dicts (tensors and arrays are converted with .tolist())")
+
+
+def _emit(tag: str, payload: Mapping[str, Any]) -> None:
+    line = f"{tag} {json.dumps(payload, default=_jsonable, separators=(',', ':'))}"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(1, (line + "\n").encode())  # one write: never interleaved with other output
+
+
+def report(**values: Any) -> None:
+    """Send key=value results to the notebook (read with LaunchResult.report(rank))."""
+    _emit(RESULT, {"rank": _rank(), **values})
+
+
+def parse_line(text: str) -> tuple[str, dict[str, Any]] | None:
+    """(tag, payload) of a protocol line, or None for any other line."""
+    tag, _, rest = text.partition(" ")
+    if tag not in TAGS:
+        return None
+    try:
+        payload = json.loads(rest)
+    except ValueError:
+        return None
+    return (tag, payload) if isinstance(payload, dict) else None
+
+
+def _horovod_barrier() -> bool:
+    """A barrier over Horovod's ranks if a Horovod framework is initialised here; False if none is."""
+    if "horovod.torch" in sys.modules:
+        hvd = sys.modules["horovod.torch"]
+        if hvd.is_initialized():
+            import torch
+            hvd.allreduce(torch.zeros(1), name="dpc.finish")
+            return True
+    for name in ("horovod.tensorflow.keras", "horovod.tensorflow"):
+        if name in sys.modules:
+            hvd = sys.modules[name]
+            if hvd.is_initialized():
+                import tensorflow as tf
+                hvd.allreduce(tf.zeros(1), name="dpc.finish")
+                return True
+    return False
+
+
+def stuck_at(threads: list[list[Frame]]) -> tuple[bool, str]:
+    """(waiting for peers?, where) from each thread's frames, innermost first: busy if any thread is."""
+    waiting: list[str] = []
+    for frames in threads:
+        if not frames or _IDLE_FILES.search(frames[0][0]):
+            continue
+        file, line, func = frames[0]
+        code = linecache.getline(file, line).strip()
+        if _COMM_FILES.search(file) or _COMM_CALL.search(code):
+            waiting.append(f"waiting for its peers in {func}() ({os.path.basename(file)}:{line})")
+            continue
+        at = f"busy in {os.path.basename(file)}:{line} ({func})"
+        return False, f"{at}: {code}" if code else at
+    return True, waiting[0] if waiting else "idle"
+
+
+def where_now() -> tuple[bool, str]:
+    """stuck_at() for this process's threads, from inside it (e.g. a watchdog thread)."""
+    import threading
+    import traceback
+
+    me = threading.get_ident()
+    threads = [[(f.filename, f.lineno or 0, f.name) for f in reversed(traceback.extract_stack(frame))]
+               for ident, frame in sys._current_frames().items() if ident != me]
+    return stuck_at(threads)
+
+
+def finish(code: int = 0, *, barrier: Callable[[], object] | bool = True) -> NoReturn:
+    """Wait for every rank (barrier), flush, and end this process with code (never in a notebook)."""
+    synced = False
+    if barrier:
+        if callable(barrier):
+            barrier()
+            synced = True
+        else:
+            dist = sys.modules.get("torch.distributed")
+            if dist is not None and dist.is_initialized():
+                dist.barrier()  # no destroy_process_group: os._exit below ends the group too
+                synced = True
+            else:
+                synced = _horovod_barrier()
+    me = _me or place()
+    _emit(DONE, {"rank": me.rank, "synced": synced and me.world_size > 1, "code": code})
+    os._exit(code)

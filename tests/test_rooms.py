@@ -1,0 +1,85 @@
+"""The layout by audience: which room imports which, the lesson's docstrings name their chapter,
+nothing finds code by path (no sys.path inserts, no spec loaders), no helper shadows its module."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+from gradekit import ROOT
+
+import helpers
+
+SRC = ROOT / "src"
+# room -> the rooms it may import. The lesson and its runtime ship to students; the instructor's and
+# maintainers' rooms never do, so nothing shipped may import them.
+ALLOWED = {
+    "helpers": {"dpc_runtime"},
+    "dpc_runtime": set(),
+    "dpc_setup": {"dpc_runtime", "helpers"},
+    "dpc_instructor": {"dpc_runtime"},
+    "dpc_maintainer": {"dpc_runtime", "dpc_instructor", "helpers"},
+}
+SHIPPED = ("helpers", "dpc_runtime", "dpc_setup")
+
+
+def python_files() -> list[Path]:
+    return sorted(p for d in ("src", "tests", "benchmarks", "examples") for p in (ROOT / d).rglob("*.py"))
+
+
+def imported_rooms(path: Path) -> set[str]:
+    rooms = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        rooms |= {n.split(".")[0] for n in names if n.split(".")[0] in ALLOWED}
+    return rooms
+
+
+def test_every_room_is_a_package_and_imports_only_what_it_may():
+    assert {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()} == set(ALLOWED)
+    for room, allowed in ALLOWED.items():
+        for path in (SRC / room).rglob("*.py"):
+            wrong = imported_rooms(path) - allowed - {room}
+            assert not wrong, f"{path.relative_to(ROOT)} imports {sorted(wrong)}; {room} may import {sorted(allowed)}"
+
+
+def test_nothing_finds_code_by_path():
+    for path in python_files():
+        if path == Path(__file__).resolve():
+            continue  # this test names what it looks for
+        text = path.read_text()
+        for bad in ("sys.path.insert", "sys.path.append", "spec_from_file_location", "SourceFileLoader"):
+            assert bad not in text, f"{path.relative_to(ROOT)}: {bad} (import the package by name)"
+
+
+def test_every_public_function_of_the_lesson_names_its_chapter():
+    for path in sorted((SRC / "helpers").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                first = (ast.get_docstring(node) or "").split("\n")[0]
+                assert re.search(r"\b[Cc]hapters? \d+", first), (
+                    f"src/helpers/{path.name}: {node.name}'s docstring must say which chapter teaches it")
+
+
+def test_no_helper_shadows_a_module_of_the_same_name():
+    modules = {p.stem for p in (SRC / "helpers").glob("*.py")} - {"__init__"}
+    for name in helpers.__all__:
+        obj = getattr(helpers, name)
+        assert name not in modules or getattr(obj, "__name__", "") == f"helpers.{name}", (
+            f"helpers.{name} is not the module helpers/{name}.py")
+
+
+@pytest.mark.parametrize("folder", ["course", "solutions", "examples", "benchmarks"])
+def test_course_material_uses_no_private_helper(folder):
+    for path in sorted((ROOT / folder).rglob("*")):
+        if path.suffix == ".ipynb":
+            text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+        elif path.suffix == ".py":
+            text = path.read_text()
+        else:
+            continue
+        private = re.findall(r"(?:from helpers\.\w+ import [^\n]*\b(_[a-z]\w*)|helpers(?:\.\w+)*\.(_[a-z]\w*))", text)
+        assert not private, f"{path.relative_to(ROOT)} uses private helpers {private}"
