@@ -48,10 +48,14 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 
+# Test files run TEST_WORKERS at a time (pytest-xdist; a file's tests, and so its module fixtures
+# and a notebook's cells, stay on one worker). TEST_WORKERS=0: one process, in order.
+TEST_WORKERS ?= 2
 test: setup lint
 	$(PY) -m dpc_maintainer.notebooks
 	$(PY) -m pytest tests build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
-	  --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs --durations=15 $(PYTEST_ARGS)
+	  --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs --durations=25 \
+	  -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 labs: setup
 	$(PY) -m dpc_instructor.labs generate

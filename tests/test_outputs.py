@@ -28,6 +28,8 @@ def test_scrub_makes_the_checkout_relative_and_drops_run_metadata():
     assert outs[2]["data"] == {"text/plain": 'File "course/runs/10/train.py", line 3\n', "image/png": "AAAA"}
     assert nb["metadata"] == {} and nb["cells"][0]["metadata"] == {"tags": ["t"]}
     assert outputs.leaks(nb, root) == []
+    untagged = {"metadata": {}, "cells": [{"cell_type": "markdown", "metadata": {"tags": []}, "source": ""}]}
+    assert outputs.scrub(untagged, root)["cells"][0]["metadata"] == {}  # papermill's empty tags go
 
 
 def test_leaks_sees_any_checkout_but_not_urls_or_system_paths():

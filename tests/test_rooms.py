@@ -83,3 +83,9 @@ def test_course_material_uses_no_private_helper(folder):
             continue
         private = re.findall(r"(?:from helpers\.\w+ import [^\n]*\b(_[a-z]\w*)|helpers(?:\.\w+)*\.(_[a-z]\w*))", text)
         assert not private, f"{path.relative_to(ROOT)} uses private helpers {private}"
+
+
+def test_every_module_of_the_lesson_names_its_chapters():
+    for path in sorted((SRC / "helpers").glob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert re.search(r"\b[Cc]hapters? \d+|chapters\b", doc), f"src/helpers/{path.name}: say which chapter it serves"

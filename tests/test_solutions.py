@@ -51,16 +51,18 @@ def notebook(path: Path, *sources: str) -> Path:
 
 
 def test_runs_notebooks_reports_and_fails_on_error(tmp_path):
-    good = notebook(tmp_path / "good.ipynb", "N = 10\nRUN_TORCH_SYNCBN = True",
+    (tmp_path / "nbs").mkdir()  # the kernels run there, not where the command was started
+    good = notebook(tmp_path / "nbs" / "good.ipynb", "N = 10\nRUN_TORCH_SYNCBN = True",
                     "import helpers.metrics\nhelpers.metrics.record('squares', N * N)\n"
                     "print('sync bn' if RUN_TORCH_SYNCBN else 'sync bn skipped')")
-    bad = notebook(tmp_path / "bad.ipynb", "N = 1", "raise ValueError(f'broken with N={N}')")
+    bad = notebook(tmp_path / "nbs" / "bad.ipynb", "N = 1", "raise ValueError(f'broken with N={N}')")
     manifest = tmp_path / "notebooks.yml"
     manifest.write_text(f"{good}:\n  ci: {{N: 3}}\n  sections:\n    RUN_TORCH_SYNCBN: "
                         f"{{gpus: 2, what: torch SyncBN}}\n{bad}:\n  ci: {{N: 4}}\n")
     out = tmp_path / "out"
+    # --out relative to where make runs: the kernels (beside their notebooks) still find the metrics file
     done = subprocess.run([sys.executable, "-m", "dpc_maintainer.solutions", "--ci",
-                           "--manifest", str(manifest), "--out", str(out)],
+                           "--manifest", str(manifest), "--out", "out"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
     report = json.loads((out / "report.json").read_text())

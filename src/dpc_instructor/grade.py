@@ -251,12 +251,12 @@ def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
         log.write_text(out)
         st.status = f"not graded: {why_failed(out, code, run.limits)} (log: {log})"
     with run.lock:
-        graded = run.course.record(run.lab, st.id, scratch if st.status == "graded" else None,
-                                   st.status, st.notes, st.seconds)
-    if graded:
-        st.score, st.max_score, st.cells, manual = graded
-        if manual:
-            st.status = f"graded; needs manual grading: {', '.join(manual)}"
+        recorded = run.course.record(run.lab, st.id, scratch if st.status == "graded" else None,
+                                     st.status, st.notes, st.seconds)
+    if recorded:
+        st.score, st.max_score, st.cells, by_hand = recorded
+        if by_hand:
+            st.status = f"graded; needs manual grading: {', '.join(by_hand)}"
     return st
 
 

@@ -72,7 +72,7 @@ STUDENT_FILES = {"README.md": "README.md", "Makefile": "Makefile", "gitignore": 
 TRIVIAL = re.compile(r"[\s()\[\]{}:;,.]*|pass|return|break|continue|else:|try:|finally:")
 TRAILING_COMMENT = re.compile(r"\s+#.*$")
 # Course material (not labs, not tools) where src/dpc_instructor/taught.txt may allow an answer line.
-COURSE_MATERIAL = ["course", "src/helpers", "examples", "benchmarks"]
+COURSE_MATERIAL = ["course", "src/helpers", "src/dpc_runtime", "examples", "benchmarks"]
 TAUGHT = Path(__file__).resolve().parent / "taught.txt"
 # Notebook output fields that hold pictures, not text (base64): not searched.
 BINARY_MIME = re.compile(r"image/(png|jpeg|gif)|application/pdf")

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from dpc_instructor import grade  # its default number of jobs
 
@@ -61,11 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     labs = sorted(d.name for d in (ROOT / "solutions").iterdir() if d.is_dir()) \
         if a.labs == "all" else a.labs.split(",")
-    results, problems = [], []
+    results: list[dict[str, Any]] = []
+    problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="dpc-gradebench-") as tmp:
         for lab in labs:
             n = a.jobs or max(2, grade.default_jobs(lab, a.students))
-            rate = {1: [], n: []}
+            rate: dict[int, list[float]] = {1: [], n: []}
             for r in range(a.rounds):
                 for jobs in (1, n):
                     took, bad = grade_class(lab, a.students, jobs, Path(tmp))
@@ -77,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
             results.append({"lab": lab, "students": a.students, "jobs": n, "per_min_1": one,
                             "per_min_n": many, "ratio": many / one})
     print(f"\n{'lab':<22} {'students':>8} {'1 job /min':>11} {'N jobs /min':>12} {'N':>3} {'ratio':>6}")
-    for r in results:
-        print(f"{r['lab']:<22} {r['students']:>8} {r['per_min_1']:>11.2f} {r['per_min_n']:>12.2f} "
-              f"{r['jobs']:>3} {r['ratio']:>6.2f}")
+    for row in results:
+        print(f"{row['lab']:<22} {row['students']:>8} {row['per_min_1']:>11.2f} {row['per_min_n']:>12.2f} "
+              f"{row['jobs']:>3} {row['ratio']:>6.2f}")
     if a.json:
         a.json.write_text(json.dumps({"results": results, "problems": problems}, indent=1))
     for msg in problems:

@@ -34,6 +34,8 @@ def scrub(nb: dict, root: Path = ROOT) -> dict:
         meta = cell.get("metadata", {})
         meta.pop("papermill", None)
         meta.pop("execution", None)
+        if meta.get("tags") == []:
+            meta.pop("tags")  # papermill adds an empty list to every cell
         for out in cell.get("outputs", []):
             for key in ("text", "traceback", "evalue"):
                 if key in out:

@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     hw = look_at_hardware()
     print(f"solutions: {len(chosen)} notebook(s) on {hw.line}", flush=True)
+    a.out = a.out.resolve()  # kernels run beside their notebook: the metrics file needs a full path
     a.out.mkdir(parents=True, exist_ok=True)
     results = []
     for notebook, settings in chosen.items():

@@ -503,7 +503,7 @@ def _signal_launch(launch_id: str, sig: signal.Signals) -> None:
             pass
 
 
-def kill_launch(launch_id: str, roots: Sequence[subprocess.Popen[bytes]] = (),
+def kill_launch(launch_id: str, roots: Sequence[subprocess.Popen[Any]] = (),
                 grace: float = 3.0) -> None:
     """Terminate, then kill, every process of a launch: its roots, their descendants, marked ones."""
     procs: dict[int, psutil.Process] = {p.pid: p for p in _marked(launch_id)}

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,15 +84,15 @@ def require() -> None:
                          f"{OFF_HINT}.")
 
 
-def _base_args(extra_read: list[Path], net: bool) -> list[str]:
+def _base_args(extra_read: Sequence[Path], net: bool) -> list[str]:
     """bwrap arguments for the whitelisted file system, namespaces and no capabilities."""
     args = ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "localhost", "--cap-drop", "ALL"]
     if not net:
         args.append("--unshare-net")
-    for path in SYSTEM_READ:
-        if os.path.isdir(path):
-            args += ["--ro-bind", path, path]
+    for system in SYSTEM_READ:
+        if os.path.isdir(system):
+            args += ["--ro-bind", system, system]
     for link in SYSTEM_LINKS:
         if os.path.islink(link):
             args += ["--symlink", os.readlink(link), link]
@@ -112,7 +113,7 @@ def _base_args(extra_read: list[Path], net: bool) -> list[str]:
     return args
 
 
-def bwrap_argv(argv: list[str], writable: list[Path], read: list[Path] = (), net: bool = False,
+def bwrap_argv(argv: list[str], writable: list[Path], read: Sequence[Path] = (), net: bool = False,
                caps: bool = False, env: dict[str, str] | None = None,
                setenv: dict[str, str] | None = None, cwd: Path | None = None) -> list[str]:
     """The command that runs argv in a sandbox: course + system read-only, writable only `writable`."""
@@ -270,7 +271,7 @@ def limit_file_size(argv: list[str], limits: Limits) -> list[str]:
             str(limits.file_size), *argv]
 
 
-def kernel_spec(folder: Path, writable: list[Path], read: list[Path] = (),
+def kernel_spec(folder: Path, writable: list[Path], read: Sequence[Path] = (),
                 setenv: dict[str, str] | None = None) -> Path:
     """Write a `python3` kernelspec under folder/kernels whose kernel runs in a sandbox of its own.
 

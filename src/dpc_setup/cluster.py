@@ -411,7 +411,7 @@ def results(output: str) -> dict[int, dict[str, object]]:
         parsed = parse_line(_PREFIX.sub("", line.strip()))  # horovodrun: '[1]<stdout>:DPC-RESULT {...}'
         if parsed and parsed[0] == RESULT:
             payload = dict(parsed[1])
-            found.setdefault(int(payload.pop("rank")), {}).update(payload)  # type: ignore[arg-type]
+            found.setdefault(int(str(payload.pop("rank"))), {}).update(payload)
     return found
 
 

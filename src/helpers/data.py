@@ -1,4 +1,4 @@
-"""Small datasets that need no network, and the real loaders kept for users who have one."""
+"""Small datasets that need no network, and the real loaders kept for users who have one (chapters 1-2)."""
 from __future__ import annotations
 
 import contextlib

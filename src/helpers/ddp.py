@@ -1,4 +1,4 @@
-"""The small pieces every DDP training script needs: who am I (torchrun or SLURM), start the process
+"""Chapter 7: the small pieces every DDP training script needs: who am I (torchrun or SLURM), start the process
 group, reduce a metric across ranks, the learning-rate schedule, rank-0-only actions. A script ends
 with helpers.worker.finish() (every rank waits, then the process exits)."""
 from __future__ import annotations

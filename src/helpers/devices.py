@@ -1,9 +1,10 @@
-"""Find the devices this machine has, and make N of them anyway (logical devices, gloo ranks)."""
+"""Find the devices this machine has, and make N of them anyway (logical devices, gloo ranks; chapter 0)."""
 from __future__ import annotations
 
 import operator
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from dpc_runtime.quiet import import_tensorflow
 from dpc_runtime.worker import backend_for
@@ -71,7 +72,7 @@ def inventory(frameworks: tuple[str, ...] = ("torch", "tensorflow")) -> Inventor
     )
 
 
-def _check_count(n: object, what: str) -> int:
+def _check_count(n: Any, what: str) -> int:
     try:
         if isinstance(n, bool):
             raise TypeError

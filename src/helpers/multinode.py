@@ -1,4 +1,4 @@
-"""Several "nodes" on one machine, and the SLURM variables a real cluster gives each task.
+"""Several "nodes" on one machine, and the SLURM variables a real cluster gives each task (chapter 8).
 
 `launch_nodes` starts one torchrun agent per node (the same command a cluster runs on every
 node) that meet at a c10d rendezvous; `horovodrun_hosts` runs horovodrun with a host list;

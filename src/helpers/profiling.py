@@ -1,4 +1,4 @@
-"""Reading a profiler's timeline: named ranges of a torch.profiler run, busy fraction per time window.
+"""Reading a profiler's timeline (chapter 1): named ranges of a torch.profiler run, busy fraction per window.
 
 (The profiler's own start/stop notices on stderr are hidden by `helpers.quiet_stderr`.)
 """

@@ -1,4 +1,4 @@
-"""Ring all-reduce from scratch: chunk boundaries, a one-process simulation you can watch step by
+"""Ring all-reduce from scratch (chapter 5): chunk boundaries, a one-process simulation you can watch step by
 step, the real thing over torch.distributed point-to-point (gloo), a naive parameter-server
 reduce, the alpha-beta cost model, bus bandwidth, a deadlock guard and a side-by-side measurement.
 
@@ -250,6 +250,12 @@ def ring_allreduce(flat: Any, *, piece_bytes: int = 1 << 20, group: Any = None) 
     return flat
 
 
+def _wait(work: Any) -> None:
+    """Wait for a point-to-point request (torch types it as optional; gloo always returns one)."""
+    assert work is not None, "no request object for a point-to-point call"
+    work.wait()
+
+
 def ps_allreduce(flat: Any, *, server: int = 0) -> Any:
     """Naive parameter-server sum in place: everyone sends to server, which sums and sends back (chapter 5)."""
     import torch
@@ -266,10 +272,10 @@ def ps_allreduce(flat: Any, *, server: int = 0) -> Any:
     bufs = {r: torch.empty_like(flat) for r in others}
     works = {r: dist.irecv(bufs[r], r) for r in others}
     for r in others:
-        works[r].wait()
+        _wait(works[r])
         flat.add_(bufs[r])
     for work in [dist.isend(flat, r) for r in others]:
-        work.wait()
+        _wait(work)
     return flat
 
 

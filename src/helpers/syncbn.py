@@ -1,4 +1,4 @@
-"""Synchronised batch norm that also runs on CPU (gloo): one global mean and variance for all ranks.
+"""Synchronised batch norm that also runs on CPU (gloo; chapter 7): one global mean and variance for all ranks.
 
 torch.nn.SyncBatchNorm only accepts CUDA tensors ("SyncBatchNorm expected input tensor to be on
 GPU"), so on a laptop the course uses this one. Forward: each rank sums x, x**2 and counts per
@@ -7,6 +7,8 @@ variance. Backward: one all-reduce of sum(dy) and sum(dy * x_hat) per channel; t
 gradients stay local (DDP averages them like every other parameter gradient).
 """
 from __future__ import annotations
+
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -41,7 +43,7 @@ class SyncBNFunction(torch.autograd.Function):
     """y = (x - mean) / sqrt(var + eps) * weight + bias with mean/var over every rank's batch (chapter 7)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, eps, group):  # type: ignore[override]
+    def forward(ctx, x, weight, bias, eps, group):
         s, ss, n = batch_stats(x)
         packed = torch.cat([s, ss, n])
         if _world(group) > 1:
@@ -58,7 +60,7 @@ class SyncBNFunction(torch.autograd.Function):
         return y, mean, unbiased
 
     @staticmethod
-    def backward(ctx, dy, _dmean, _dvar):  # type: ignore[override]
+    def backward(ctx, dy, _dmean, _dvar):
         xhat, invstd, weight, n = ctx.saved_tensors
         dims = [0, *range(2, dy.dim())]
         shape = [1, -1] + [1] * (dy.dim() - 2)
@@ -104,6 +106,8 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
                                 False, 0.0, self.eps)
         y, mean, unbiased = sync_batch_norm(x, self.weight, self.bias, self.eps, self.process_group)
         if self.training and self.track_running_stats:
+            assert (self.running_mean is not None and self.running_var is not None
+                    and self.num_batches_tracked is not None), "track_running_stats keeps all three"
             with torch.no_grad():
                 self.num_batches_tracked += 1
                 m = (1.0 / float(self.num_batches_tracked) if self.momentum is None
@@ -170,7 +174,8 @@ def check_against_full_batch(sizes: list[int], *, seed: int = 0, steps: int = 2,
     lo, hi = sum(sizes[:rank]), sum(sizes[:rank + 1])
     worst: dict[str, float] = {}
 
-    def note(name: str, a: torch.Tensor, b: torch.Tensor) -> None:
+    def note(name: str, a: torch.Tensor | None, b: torch.Tensor | None) -> None:
+        assert a is not None and b is not None, f"{name}: nothing to compare"
         worst[name] = max(worst.get(name, 0.0), (a - b).abs().max().item())
 
     for _ in range(steps):
@@ -184,13 +189,14 @@ def check_against_full_batch(sizes: list[int], *, seed: int = 0, steps: int = 2,
         sync.zero_grad()
         yr = sync(xr)
         (yr * g[lo:hi]).sum().backward()
-        bn = sync[0]
+        bn = cast(nn.modules.batchnorm._BatchNorm, cast(nn.Sequential, sync)[0])
+        assert bn.weight.grad is not None and bn.bias.grad is not None, "a training step gives both"
         gw, gb = bn.weight.grad.clone(), bn.bias.grad.clone()
         if world > 1:  # each rank holds its share of the parameter gradients: add them up
             dist.all_reduce(gw)
             dist.all_reduce(gb)
         note("output", yr, yf[lo:hi])
-        note("grad_input", xr.grad, xf.grad[lo:hi])
+        note("grad_input", xr.grad, None if xf.grad is None else xf.grad[lo:hi])
         note("grad_weight", gw, ref.weight.grad)
         note("grad_bias", gb, ref.bias.grad)
         note("running_mean", bn.running_mean, ref.running_mean)

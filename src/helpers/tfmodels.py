@@ -1,4 +1,4 @@
-"""Small TensorFlow models and input pipelines shared by the MirroredStrategy chapters and benchmark."""
+"""Small TensorFlow models and input pipelines shared by the MirroredStrategy chapters (1-2) and benchmark."""
 from __future__ import annotations
 
 from typing import Any
