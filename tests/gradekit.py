@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 
+from dpc_instructor import markers
 from dpc_runtime import notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +30,7 @@ def submission(release: Path, answers: dict[str, str]) -> dict:
 def reference_answers(source: Path, grade_ids: tuple[str, ...]) -> dict[str, str]:
     """The instructor's answer cells of solution notebook `source`, without the solution markers."""
     cells = notebook.by_grade_id(json.loads(source.read_text()))
-    found = {gid: notebook.without_answer_markers(cells[gid]) for gid in grade_ids if gid in cells}
+    found = {gid: markers.without_answer_markers(cells[gid]) for gid in grade_ids if gid in cells}
     missing = set(grade_ids) - set(found)
     assert not missing, f"no answer cells {missing} in {source}"
     return found

@@ -21,6 +21,7 @@ import pytest
 import test_grading_01_input_pipeline as lab1
 from gradekit import ROOT, grade_all, submission as fill
 
+from dpc_instructor import markers
 from dpc_runtime import notebook, sandbox
 
 pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None,
@@ -192,7 +193,7 @@ def test_feedback_shows_results_without_hidden_tests(graded, tmp_path):
     pages = {p.parts[-3]: p.read_text() for p in out.rglob("feedback.html")}
     assert set(pages) == {"victim", "cheat", "vandal", "tamper", "wrong", "late"}
     source = json.loads((ROOT / "solutions" / LAB / NB).read_text())
-    hidden = [line.strip() for c in source["cells"] for block in notebook.hidden_tests(notebook.source(c))
+    hidden = [line.strip() for c in source["cells"] for block in markers.hidden_tests(notebook.source(c))
               for line in block.splitlines() if len(line.strip()) > 12]
     student_copy = lab1.RELEASE.read_text()
     hidden = [line for line in hidden if json.dumps(line)[1:-1] not in student_copy]  # hidden only

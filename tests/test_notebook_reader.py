@@ -1,8 +1,9 @@
-"""dpc_runtime.notebook: the one reader of nbgrader's cell metadata and of its answer / hidden-test
-markers, as nbgrader reads them (a marker anywhere in a line; a solution cell without markers is
+"""dpc_runtime.notebook (nbgrader's cell metadata) and dpc_instructor.markers (its answer / hidden-test
+markers, as nbgrader reads them: a marker anywhere in a line; a solution cell without markers is
 one answer)."""
 from __future__ import annotations
 
+from dpc_instructor import markers
 from dpc_runtime import notebook
 
 
@@ -23,15 +24,15 @@ def test_metadata_and_grade_ids():
 def test_blocks_split_answers_and_hidden_tests_markers_excluded():
     text = ("setup = 1\n### BEGIN SOLUTION\nanswer = 2\n### END SOLUTION\n"
             "assert answer\n    ### BEGIN HIDDEN TESTS\nassert secret\n### END HIDDEN TESTS\n")
-    assert notebook.blocks(cell(text)) == [(None, ["setup = 1"]), ("answer", ["answer = 2"]),
+    assert markers.blocks(cell(text)) == [(None, ["setup = 1"]), ("answer", ["answer = 2"]),
                                            (None, ["assert answer"]), ("hidden test", ["assert secret"])]
     # nbgrader replaces a solution cell without markers whole: all of it is the answer
-    assert notebook.blocks(cell("a = 1\nb = 2", solution=True)) == [("answer", ["a = 1", "b = 2"])]
+    assert markers.blocks(cell("a = 1\nb = 2", solution=True)) == [("answer", ["a = 1", "b = 2"])]
 
 
 def test_answer_markers_removed_and_hidden_tests_hidden():
     answer = cell("def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n")
-    assert notebook.without_answer_markers(answer) == "def f():\n    return 1\n"
+    assert markers.without_answer_markers(answer) == "def f():\n    return 1\n"
     text = "assert visible\n### BEGIN HIDDEN TESTS\nassert secret\n### END HIDDEN TESTS\nassert after\n"
-    assert notebook.hide_hidden_tests(text) == "assert visible\n# (hidden tests run here)\nassert after\n"
-    assert notebook.hidden_tests(text) == ["\nassert secret\n"]
+    assert markers.hide_hidden_tests(text) == "assert visible\n# (hidden tests run here)\nassert after\n"
+    assert markers.hidden_tests(text) == ["\nassert secret\n"]

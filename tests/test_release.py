@@ -208,7 +208,7 @@ def test_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_student_makefile(built: Path) -> None:
-    """The student Makefile: usage, help, PY= skips set-up and runs src/dpc_runtime/check.py; make release OUT=."""
+    """The student Makefile: usage, help, PY= skips set-up and runs python -m dpc_runtime.check; make release OUT=."""
     # Without LAB: the usage and the labs, before any set-up (none would start: the default .venv).
     done = subprocess.run(["make", "-s", "-C", str(built), "check"], capture_output=True, text=True,
                           timeout=60)
@@ -224,7 +224,7 @@ def test_the_student_makefile(built: Path) -> None:
     assert "bash src/dpc_setup/setup.sh" in dry and f'.venv/bin/python -m dpc_runtime.check "labs/{LAB}"' in dry
     main = subprocess.run(["make", "-n", "-C", str(ROOT), "release", "OUT=/tmp/x"], capture_output=True,
                           text=True).stdout
-    assert 'src/dpc_instructor/release.py --out "/tmp/x"' in main
+    assert '-m dpc_instructor.release --out "/tmp/x"' in main
 
 
 @pytest.mark.slow
@@ -238,7 +238,7 @@ def test_the_release_alone_checks_a_lab(built: Path, tmp_path: Path) -> None:
     cmd = ["make", "-C", str(work), "check", f"LAB={LAB}", f"PY={work / '.venv' / 'bin' / 'python'}"]
     unanswered = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1500)
     out = unanswered.stdout + unanswered.stderr
-    assert "src/dpc_runtime/check.py" in out and unanswered.returncode != 0, out
+    assert "-m dpc_runtime.check" in out and unanswered.returncode != 0, out
     assert "NotImplementedError" in out and "0 / 10 visible points" in out, out  # answers missing
 
     notebook = work / "labs" / LAB / "input-pipeline.ipynb"

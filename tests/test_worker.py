@@ -1,13 +1,14 @@
 """helpers.worker: where a rank sits, the one backend rule, the protocol's lines, how a rank ends."""
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
 
 import pytest
 
-from dpc_runtime.worker import DONE, RESULT, START, Worker, backend_for, parse_line, place, stuck_at, where_now
+from dpc_runtime.worker import DONE, RESULT, START, Worker, backend_for, parse_line, place, stuck_at
 
 
 def test_place_reads_torchrun_first():
@@ -62,27 +63,35 @@ def test_stuck_at_tells_waiting_from_busy(tmp_path):
     assert stuck_at([idle]) == (True, "idle")
 
 
-def test_where_now_sees_the_main_thread_busy():
-    import threading
-    import time
+WHERE_NOW = """\
+import threading, time
+from dpc_runtime.worker import where_now
+seen = {}
 
-    seen: dict[str, tuple[bool, str]] = {}
+def look():  # look until the main thread is in its loop
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        seen["w"] = where_now()
+        if not seen["w"][0]:
+            break
+    seen["done"] = (True, "")
 
-    def look() -> None:  # look until the main thread is in its loop (it may still be in start())
-        end = time.monotonic() + 10
-        while time.monotonic() < end:
-            seen["w"] = where_now()
-            if not seen["w"][0]:
-                break
-        seen["done"] = (True, "")
+t = threading.Thread(target=look)
+t.start()
+while "done" not in seen:  # the main thread spins here while the other one looks at it
+    pass
+t.join()
+print(seen["w"])
+"""
 
-    t = threading.Thread(target=look)
-    t.start()
-    while "done" not in seen:  # the main thread spins here while the other one looks at it
-        pass
-    t.join()
-    waiting, where = seen["w"]
-    assert not waiting and "test_worker.py" in where and 'while "done" not in seen' in where
+
+def test_where_now_sees_the_main_thread_busy(tmp_path):
+    # In a process of its own, as in a rank: its main thread is the script's (a test runner's may not be).
+    script = tmp_path / "spin.py"
+    script.write_text(WHERE_NOW)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    waiting, where = ast.literal_eval(done.stdout.strip())  # the tuple where_now() returned
+    assert not waiting and "spin.py" in where and 'while "done" not in seen' in where, done.stdout + done.stderr
 
 
 def test_start_refuses_a_torch_group_under_horovodrun():

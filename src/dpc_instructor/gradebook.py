@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from dpc_instructor import markers
 from dpc_runtime import notebook, sandbox  # sandbox.run_limited runs every nbgrader command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -242,7 +243,7 @@ def scrub(nb: dict, test_ids: set[str]) -> dict:
     for cell in nb["cells"]:
         if notebook.grade_id(cell) not in test_ids or cell["cell_type"] != "code":
             continue
-        cell["source"] = notebook.hide_hidden_tests(notebook.source(cell))
+        cell["source"] = markers.hide_hidden_tests(notebook.source(cell))
         outputs = []
         for o in cell.get("outputs", []):
             if o.get("output_type") == "error":

@@ -34,7 +34,7 @@ import tempfile
 import types
 from pathlib import Path
 
-from dpc_instructor import labs
+from dpc_instructor import labs, markers
 from dpc_runtime import notebook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,7 +135,7 @@ def norm(line: str) -> str:
 
 def blocks(cell: dict) -> list[tuple[str | None, list[str]]]:
     """A solution cell's runs of lines (None, "answer" or "hidden test"), markers read by `norm`."""
-    return notebook.blocks(cell, norm)
+    return markers.blocks(cell, norm)
 
 
 def secret_lines(source: Path = ROOT / "solutions") -> dict[str, str]:

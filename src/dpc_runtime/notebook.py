@@ -1,15 +1,11 @@
-"""nbgrader's side of a notebook, read in one place: a cell's nbgrader metadata and grade id, and
-the answer / hidden-test blocks its markers delimit (matched anywhere in a line, as nbgrader does)."""
+"""nbgrader's side of a notebook, read in one place: a cell's nbgrader metadata, grade id and text.
+
+(The answer and hidden-test markers are the instructor's business: dpc_instructor.markers reads them.)"""
 from __future__ import annotations
 
-import re
 from typing import Any
 
 Cell = dict[str, Any]
-# Block delimiters: the line that opens a block -> its kind, and the kind -> the text that closes it.
-MARKERS = {"BEGIN SOLUTION": "answer", "BEGIN HIDDEN TESTS": "hidden test"}
-ENDS = {"answer": "END SOLUTION", "hidden test": "END HIDDEN TESTS"}
-_HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.M | re.S)
 
 
 def nbgrader(cell: Cell) -> dict[str, Any]:
@@ -32,42 +28,3 @@ def source(cell: Cell) -> str:
 def by_grade_id(nb: dict[str, Any]) -> dict[str, Cell]:
     """The notebook's cells that have a grade id, by grade id."""
     return {gid: c for c in nb["cells"] if (gid := grade_id(c))}
-
-
-def blocks(cell: Cell, norm: Any = str.strip) -> list[tuple[str | None, list[str]]]:
-    """The cell's lines in order, in runs: (None, "answer" or "hidden test", lines).
-
-    The marker lines themselves belong to no run. An nbgrader solution cell without markers is one
-    answer (nbgrader replaces it whole). `norm` is how a line is read to find a marker.
-    """
-    text = source(cell)
-    if nbgrader(cell).get("solution") and "BEGIN SOLUTION" not in text:
-        return [("answer", text.splitlines())]
-    runs: list[tuple[str | None, list[str]]] = [(None, [])]
-    for line in text.splitlines():
-        s = norm(line)
-        block = runs[-1][0]
-        opened = next((k for m, k in MARKERS.items() if m in s), None)
-        if block is None and opened:
-            runs.append((opened, []))
-        elif block is not None and ENDS[block] in s:
-            runs.append((None, []))
-        else:
-            runs[-1][1].append(line)
-    return [(block, lines) for block, lines in runs if lines]
-
-
-def without_answer_markers(cell: Cell) -> str:
-    """The cell's text with its answer delimiters removed (the instructor's answer as code)."""
-    return "\n".join(ln for ln in source(cell).split("\n")
-                     if "BEGIN SOLUTION" not in ln and "END SOLUTION" not in ln)
-
-
-def hide_hidden_tests(text: str, stand_in: str = "# (hidden tests run here)\n") -> str:
-    """The text with every hidden-test block (markers included) replaced by stand_in."""
-    return _HIDDEN.sub(stand_in, text)
-
-
-def hidden_tests(text: str) -> list[str]:
-    """The hidden-test blocks of a text, each without its markers."""
-    return re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", text, re.S)

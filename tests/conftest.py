@@ -1,0 +1,18 @@
+"""Order of the suite's files: the long ones first, so that the two workers of `make test`
+(pytest-xdist, --dist loadfile, which hands out files in collection order) end together instead
+of one grading a lab alone at the end. Within a file, the order is the file's own."""
+from __future__ import annotations
+
+import pytest
+
+# Files that take minutes (each grades a lab in several notebooks, or runs a chapter), longest first.
+FIRST = ("tests/test_grading_class.py", "tests/test_grading_", "build/nbtest/", "tests/test_release.py")
+
+
+def _rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::")[0]
+    return next((i for i, prefix in enumerate(FIRST) if path.startswith(prefix)), len(FIRST))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_rank)  # stable: files keep their own order inside each rank
