@@ -54,7 +54,7 @@ INCLUDE = [
     "examples",            # workers chapter 8 launches
     "slurm",               # batch scripts chapter 8 explains and submits
     "benchmarks",          # benchmarks the chapters send students to
-    "course.yml",          # the manifest: each notebook's parameters, slow cells, ranks, needs
+    "course.yml",          # the manifest: each notebook's chapter/lab, parameters, ranks, slow cells
     "nbgrader_config.py",  # per-cell time limits of the self-check (read from course.yml)
     "pyproject.toml", "requirements.txt", "environment.yml",
 ]
