@@ -6,6 +6,7 @@ import csv
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -38,11 +39,13 @@ def reference_answers(source: Path, grade_ids: tuple[str, ...]) -> dict[str, str
 
 def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
               cell_timeout: int = 45, notebook_timeout: float = 240, jobs: int = 2,
-              course: Path | None = None) -> dict[str, dict[str, str]]:
+              course: Path | None = None, also: Callable[[Path], None] | None = None,
+              args: tuple[str, ...] = ()) -> dict[str, dict[str, str]]:
     """Grade students ({student: {notebook file name: notebook json, or raw text}}) of lab.
 
     Returns the CSV rows by student. Students are graded `jobs` at a time, sandboxed, into the
-    course gradebook `course` (default: a new one in work).
+    course gradebook `course` (default: a new one in work). `also(submissions)` adds what cannot
+    be written as a notebook (links, pipes); `args` go to the grader.
     Also checks what every grading run must guarantee: exit 0, submissions untouched, no process
     left behind.
     """
@@ -52,16 +55,19 @@ def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
         for name, nb in notebooks.items():
             text = nb if isinstance(nb, str) else json.dumps(nb)
             (subs / student / lab / name).write_text(text)
-    before = {f: f.read_bytes() for f in subs.rglob("*") if f.is_file()}
+    if also:
+        also(subs)
+    files = [f for f in subs.rglob("*") if f.is_file() and not f.is_symlink()]
+    before = {f: f.read_bytes() for f in files}
     out = work / "grades.csv"
     done = subprocess.run(
         [sys.executable, "-m", "dpc_instructor.grade", str(subs), "--lab", lab, "--out", str(out),
          "--course", str(course or work / "course"), "--cell-timeout", str(cell_timeout),
-         "--notebook-timeout", str(notebook_timeout), "--jobs", str(jobs)],
+         "--notebook-timeout", str(notebook_timeout), "--jobs", str(jobs), *args],
         capture_output=True, text=True, timeout=3000)
     print(done.stdout, done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
-    after = {f: f.read_bytes() for f in subs.rglob("*") if f.is_file()}
+    after = {f: f.read_bytes() for f in files}
     assert after == before, "grading must not modify the submissions"
     leftovers = []
     for proc in psutil.process_iter():
@@ -71,11 +77,11 @@ def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
         except psutil.Error:
             continue
     assert not leftovers, f"processes left running after grading: {leftovers}"
-    with out.open() as f:
+    with out.open(encoding="utf-8") as f:
         return {row["student"]: row for row in csv.DictReader(f)}
 
 
-CSV_FIELDS = {"student", "lab", "score", "max_score", "status", "notes"}  # the rest: one column per test cell
+CSV_FIELDS = {"student", "grader_id", "lab", "score", "max_score", "status", "notes"}  # the rest: one column per test cell
 
 
 def lost(row: dict[str, str]) -> set[str]:

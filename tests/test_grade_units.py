@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import re
 from pathlib import Path
 
 from dpc_instructor import grade, gradebook
@@ -43,6 +45,42 @@ def test_repair_restores_lost_and_changed_metadata_and_names_deleted_cells():
     assert fixed["cells"][-1]["metadata"] == {}, "a student's own cell stays theirs"
 
 
+def test_repair_copied_cells_get_ids_of_their_own():
+    nb = copy.deepcopy(RELEASE)
+    cells = notebook.by_grade_id(nb)
+    answer, test = cells["lab01-fast-tf-pipeline"], cells["lab01-test-tf-parallel"]
+    pasted = [copy.deepcopy(answer), copy.deepcopy(test)]  # JupyterLab's copy and paste
+    nb["cells"][nb["cells"].index(answer) + 1:nb["cells"].index(answer) + 1] = pasted
+    fixed, notes = grade.repair(nb, RELEASE)
+    ids = [c["id"] for c in fixed["cells"]]
+    assert len(ids) == len(set(ids))
+    gids = [notebook.grade_id(c) for c in fixed["cells"] if notebook.grade_id(c)]
+    assert len(gids) == len(set(gids)) == len(notebook.by_grade_id(RELEASE))
+    assert f"gave a copied cell (id {answer['id']}) an id of its own" in notes
+    assert "a copy of lab01-fast-tf-pipeline became a cell of your own (the first keeps the grade id)" in notes
+    assert "a copy of lab01-test-tf-parallel became a cell of your own (the first keeps the grade id)" in notes
+
+
+def test_repair_puts_moved_and_deleted_locked_cells_back_in_place():
+    nb = copy.deepcopy(RELEASE)
+    by_id = notebook.by_grade_id(nb)
+    imports, baseline = by_id["lab01-imports"], by_id["lab01-tf-baseline"]
+    mine = {"cell_type": "code", "id": "mine0001", "metadata": {}, "source": "x = 1",
+            "outputs": [], "execution_count": None}
+    cells = [c for c in nb["cells"] if c is not baseline]  # deleted
+    cells.remove(imports)
+    cells.insert(cells.index(by_id["lab01-fast-torch-loader"]), imports)  # dragged far down
+    cells.insert(cells.index(by_id["lab01-fast-tf-pipeline"]) + 1, mine)
+    nb["cells"] = cells
+    fixed, notes = grade.repair(nb, RELEASE)
+    want = [notebook.grade_id(c) for c in RELEASE["cells"] if notebook.grade_id(c)]
+    assert [notebook.grade_id(c) for c in fixed["cells"] if notebook.grade_id(c)] == want
+    got = [notebook.grade_id(c) or c.get("id") for c in fixed["cells"]]
+    assert got[got.index("lab01-fast-tf-pipeline") + 1] == "mine0001", "own cells stay where they were"
+    assert "re-added the deleted cell lab01-tf-baseline" in notes
+    assert any(n.startswith("put the moved cell(s) lab01-imports") for n in notes), notes
+
+
 def test_repair_leaves_an_untouched_submission_alone():
     fixed, notes = grade.repair(copy.deepcopy(RELEASE), RELEASE)
     assert notes == [] and fixed == RELEASE
@@ -77,8 +115,77 @@ def test_find_submissions_statuses(tmp_path):
     (tmp_path / "not a name!.ipynb").write_text("[1, 2]")
     (tmp_path / "empty").mkdir()
     (tmp_path / "odd.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code"}, 7]}))
-    got = {s.id: s for s in grade.find_submissions(tmp_path, "01-input-pipeline", ["input-pipeline"])}
-    assert got["ok"].status == "graded" and got["ok"].timestamp.name == "timestamp.txt"
-    assert got["not_a_name_"].status == "unreadable notebook input-pipeline.ipynb: no cells"
+    got = {s.name: s for s in grade.find_submissions(tmp_path, "01-input-pipeline", ["input-pipeline"])}
+    assert got["ok"].status == "graded" and got["ok"].timestamp == b"2026-11-20 10:00:00"
+    assert got["ok"].id == "ok"
+    assert got["not a name!"].status == "unreadable notebook input-pipeline.ipynb: no cells"
     assert got["empty"].status == "missing notebook(s): input-pipeline.ipynb"
     assert got["odd"].status == "unreadable notebook input-pipeline.ipynb: a cell without cell_type or source"
+
+
+NAMES = ["李雷", "王芳", "ann lee", "ann_lee", "Ann_lee", "-rf", "--help", ".hidden", "ann.lee",
+         "x" * 300, "x" * 301, "Zoë", "Zoe\u0308", "ann lee ", "Ａnn", "a--b", "a-b", "李雷 "]
+
+
+def test_grader_ids_are_unique_safe_and_never_options():
+    ids = [grade.grader_id(n) for n in NAMES]
+    assert len(set(ids)) == len(NAMES), dict(zip(NAMES, ids))
+    for name, gid in zip(NAMES, ids):
+        assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,80}", gid), (name, gid)
+        assert grade.grader_id(name) == gid  # stable: a regrade finds the same student
+    assert grade.grader_id("ann_lee") == "ann_lee" and grade.grader_id("a-b") == "a-b"
+    assert grade.grader_id("ann lee").startswith("ann_lee--")
+    assert grade.grader_id("李雷").startswith("student--")
+
+
+def test_intake_reads_only_regular_files(tmp_path):
+    lab, nb = "04-manual-towers", "manual-towers"
+    subs, course = tmp_path / "subs", tmp_path / "course"
+    (course / lab).mkdir(parents=True)
+    secret = course / lab / f"{nb}.ipynb"
+    secret.write_text(json.dumps(RELEASE))
+
+    def folder(student):
+        (subs / student / lab).mkdir(parents=True)
+        return subs / student / lab / f"{nb}.ipynb"
+
+    folder("honest").write_text(json.dumps(RELEASE))
+    folder("link-to-source").symlink_to(secret)
+    folder("link-to-zero").symlink_to("/dev/zero")
+    folder("link-to-null").symlink_to("/dev/null")
+    os.mkfifo(folder("fifo"))
+    os.link(secret, folder("hard-link"))
+    folder("huge").write_bytes(b" " * (grade.MAX_NOTEBOOK + 1))
+    (subs / "linked-folder").symlink_to(course)
+    (subs / "lab-link" / lab).parent.mkdir(parents=True)
+    (subs / "lab-link" / lab).symlink_to(course / lab)
+    (subs / "top-level-link.ipynb").symlink_to(secret)
+    (subs / "stamp" / lab).mkdir(parents=True)
+    (subs / "stamp" / lab / f"{nb}.ipynb").write_text(json.dumps(RELEASE))
+    (subs / "stamp" / lab / "timestamp.txt").symlink_to("/dev/zero")
+    zero, null = os.stat("/dev/zero"), os.stat("/dev/null")
+    got = {s.name: s.status for s in grade.find_submissions(subs, lab, [nb])}
+    assert got == {
+        "honest": "graded",
+        "link-to-source": f"not graded: link-to-source/{lab}/{nb}.ipynb is a symbolic link: only regular files and folders are read",
+        "link-to-zero": f"not graded: link-to-zero/{lab}/{nb}.ipynb is a symbolic link: only regular files and folders are read",
+        "link-to-null": f"not graded: link-to-null/{lab}/{nb}.ipynb is a symbolic link: only regular files and folders are read",
+        "fifo": f"not graded: fifo/{lab}/{nb}.ipynb is a named pipe, not a regular file",
+        "hard-link": f"not graded: hard-link/{lab}/{nb}.ipynb is a hard link (one more name of a file elsewhere): hand in a copy",
+        "huge": f"not graded: huge/{lab}/{nb}.ipynb is over the {grade.MAX_NOTEBOOK >> 20} MiB a notebook may have",
+        "linked-folder": "not graded: linked-folder is a symbolic link: only regular files and folders are read",
+        "lab-link": f"not graded: lab-link/{lab} is a symbolic link: only regular files and folders are read",
+        "top-level-link": "not graded: top-level-link.ipynb is a symbolic link: only regular files and folders are read",
+        "stamp": f"not graded: stamp/{lab}/timestamp.txt is a symbolic link: only regular files and folders are read",
+    }, got
+    assert (os.stat("/dev/zero"), os.stat("/dev/null")) == (zero, null)
+    assert json.loads(secret.read_text()) == RELEASE
+
+
+def test_one_student_handed_in_twice_is_not_guessed(tmp_path):
+    (tmp_path / "ann" / "04-manual-towers").mkdir(parents=True)
+    (tmp_path / "ann" / "04-manual-towers" / "manual-towers.ipynb").write_text(json.dumps(RELEASE))
+    (tmp_path / "ann.ipynb").write_text(json.dumps(RELEASE))
+    got = grade.find_submissions(tmp_path, "04-manual-towers", ["manual-towers"])
+    assert [(s.name, s.status) for s in got] == [
+        ("ann", "not graded: handed in twice (a folder and a notebook named ann): keep one")]

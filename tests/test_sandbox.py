@@ -23,6 +23,7 @@ PY = str(ROOT / ".venv" / "bin" / "python")
 
 def run(code: str, scratch: Path, **kw) -> subprocess.CompletedProcess[str]:
     """Run python code in a sandbox whose only writable folder is scratch."""
+    sandbox.hand_over(scratch)
     argv = sandbox.bwrap_argv([PY, "-c", code], writable=[scratch],
                               env={"PATH": "/usr/bin:/bin", "HOME": str(scratch)}, cwd=scratch, **kw)
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
@@ -92,6 +93,7 @@ def test_memory_limit_kills_and_is_reported(tmp_path):
     limits = sandbox.Limits(memory=256 << 20)
     cgroup = sandbox.Cgroup(limits)
     try:
+        sandbox.hand_over(tmp_path)
         argv = cgroup.wrap(sandbox.bwrap_argv(
             [PY, "-c", "x = bytearray(1 << 30); x[::4096] = b'1' * len(x[::4096]); print('survived')"],
             writable=[tmp_path], env={"PATH": "/usr/bin:/bin"}))
@@ -120,6 +122,7 @@ def test_no_cgroup_is_left_behind(monkeypatch):
 
 def test_file_size_limit(tmp_path):
     limits = sandbox.Limits(file_size=1 << 20)
+    sandbox.hand_over(tmp_path)
     argv = sandbox.limit_file_size(sandbox.bwrap_argv(
         [PY, "-c", "open('big', 'wb').write(b'0' * (4 << 20))"], writable=[tmp_path],
         env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path), limits)
@@ -139,3 +142,61 @@ def test_missing_bubblewrap_is_one_clear_refusal(monkeypatch):
         "rights (only where you accept that risk).")
     monkeypatch.setenv("DPC_SANDBOX", "off")
     sandbox.require()  # the explicit opt-out: no error
+
+
+HOST_NODES = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"]
+
+
+def host_state() -> dict[str, tuple[int, int, int]]:
+    """Mode and owner of the host's device nodes the sandbox shares, and of the course's files."""
+    paths = [*HOST_NODES, str(ROOT / "course.yml"), str(ROOT / "src" / "helpers" / "__init__.py")]
+    return {p: (s.st_mode, s.st_uid, s.st_gid) for p in paths if Path(p).exists()
+            for s in [Path(p).stat()]}
+
+
+def test_student_code_never_runs_as_root_and_cannot_touch_host_nodes(tmp_path):
+    before = host_state()
+    done = run("import os\n"
+               "print(os.getuid(), os.geteuid(), os.getgid())\n"
+               f"for node in {HOST_NODES + [str(ROOT / 'course.yml')]!r}:\n"
+               "    for change in (lambda p: os.chmod(p, 0o444), lambda p: os.chown(p, os.getuid(), -1)):\n"
+               "        try:\n"
+               "            change(node)\n"
+               "            print('CHANGED', node)\n"
+               "        except OSError:\n"
+               "            pass\n"
+               "open('mine.txt', 'w').write('ok')\n", tmp_path)
+    assert done.returncode == 0, done.stderr
+    uid, euid, gid = map(int, done.stdout.split()[:3])
+    assert 0 not in (uid, euid, gid), done.stdout
+    assert "CHANGED" not in done.stdout
+    assert host_state() == before
+    assert (tmp_path / "mine.txt").read_text() == "ok"
+
+
+def test_a_run_that_fills_its_folder_is_stopped_at_the_limit(tmp_path):
+    limits = sandbox.Limits(disk=64 << 20, file_size=16 << 20)
+    sandbox.hand_over(tmp_path)
+    # Many files under the per-file limit: only the folder's total stops it.
+    code = ("import itertools\n"
+            "for k in itertools.count():\n"
+            "    open(f'part{k}', 'wb').write(b'1' * (8 << 20))\n")
+    argv = sandbox.bwrap_argv([PY, "-c", code], writable=[tmp_path],
+                              env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    done = sandbox.run_limited(argv, tmp_path, {"PATH": "/usr/bin:/bin"}, 120, limits, watch=tmp_path)
+    assert done.disk_full, done  # the exit code is whatever the killed sandbox returned
+    # stopped within a watch period of the limit (a writer at disk speed overshoots by < 1 GiB)
+    assert sandbox.disk_usage(tmp_path) < (64 << 20) + (1 << 30)
+
+
+def test_tmp_and_shm_are_sized_and_usable(tmp_path):
+    done = run("import multiprocessing, os\n"
+               "for d in ('/tmp', '/dev/shm'):\n"
+               "    st = os.statvfs(d)\n"
+               "    open(d + '/mine', 'w').write('ok')\n"
+               "    print(st.f_blocks * st.f_frsize)\n"
+               "q = multiprocessing.Queue()  # a semaphore in /dev/shm\n"
+               "q.put('queued')\n"
+               "print(q.get())\n", tmp_path, tmp_size=32 << 20)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(32 << 20), str(32 << 20), "queued"]

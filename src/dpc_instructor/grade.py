@@ -8,16 +8,21 @@ SUBMISSIONS holds one entry per student, any of:
                                                        is kept: nbgrader's late-submission rules)
     SUBMISSIONS/<student>/<notebook>.ipynb
     SUBMISSIONS/<student>.ipynb                      (labs with one notebook)
-The submissions are read, never modified.
+The submissions are read, never modified, and only as regular files: a symbolic link, a named
+pipe, a device or a hard link anywhere on the way is refused (that student's status says so) and
+nothing of its target is read; a notebook may have MAX_NOTEBOOK bytes. Any name is a student:
+the grader's id for it is the name when plain, else a slug and a hash (grader_id); the CSV, the
+course's gradebook exports and the feedback show the name as handed in.
 
 Each student is graded in a private nbgrader course folder of their own (a copy of the lab's
-source and an empty gradebook), with `nbgrader autograde` inside a sandbox (src/dpc_runtime/sandbox.py: no
-network but its own loopback, only its own folder writable, memory/process/file-size limits) and
-the kernel inside a second one that cannot read nbgrader's database (it holds the hidden tests).
-Per-cell time limits come from the repository's nbgrader_config.py (keyed on grade ids), plus a
-wall-clock limit per student. Before grading, the cells a student may not change are restored from
-the release: a test or locked cell that lost its nbgrader metadata gets it back, points and flags
-are the release's (the note column says what was repaired).
+source and an empty gradebook). `nbgrader autograde` runs in a sandbox (src/dpc_runtime/sandbox.py:
+no network but its own loopback, only its own folder writable, memory/process/file-size/disk
+limits, never root: as the sandbox's user) and starts the kernel in a second one that cannot read
+nbgrader's database (it holds the hidden tests) and has no network at all (the kernel talks to
+nbgrader over IPC sockets). Per-cell time limits come from the repository's nbgrader_config.py
+(keyed on grade ids), plus a wall-clock limit per student. Before grading, what honest editing
+breaks is repaired (repair: copied cells, lost or edited metadata, moved or deleted locked cells;
+the note column says what was repaired).
 
 The result is added to the course gradebook (src/dpc_instructor/gradebook.py; default build/course): a regraded
 student replaces only their own lab; everyone else is untouched; runs may overlap. The CSV written
@@ -28,13 +33,16 @@ from __future__ import annotations
 import argparse
 import csv
 import difflib
+import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import sys
 import threading
 import time
+import unicodedata
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -45,21 +53,111 @@ from dpc_runtime import manifest, notebook, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+SOCKETS = Path("/tmp/kernel-sockets")  # in nbgrader's sandbox (its own /tmp): see _grade_in
 
 
 @dataclass
 class Student:
-    """One student's submission and what grading made of it."""
+    """One student's submission and what grading made of it (`name` as handed in, `id` the
+    grader's: see grader_id)."""
 
+    name: str
     id: str
-    notebooks: dict[str, Path] = field(default_factory=dict)
-    timestamp: Path | None = None
+    notebooks: dict[str, bytes] = field(default_factory=dict)
+    timestamp: bytes | None = None
     status: str = "graded"
     notes: list[str] = field(default_factory=list)
     score: float = 0.0
     max_score: float = 0.0
     cells: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+
+
+PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.]*(?:-[A-Za-z0-9_.]+)*")
+JUNK = {".ipynb_checkpoints", ".DS_Store", ".git", "__MACOSX"}  # not students
+MAX_NOTEBOOK = 32 << 20  # bytes a submitted notebook may have
+MAX_STAMP = 1 << 10
+
+
+def grader_id(name: str) -> str:
+    """The grader's id for a student's name: the name itself when plain (ASCII letters, digits, '_',
+    '.', single '-' inside; at most 64), else a readable ASCII slug, '--' and a hash of the name.
+
+    A plain name never holds '--', so a hashed id never equals one; two names differing in any way
+    (script, case, space vs '_') get different ids; no id starts with '-' (never read as an option).
+    """
+    if len(name) <= 64 and PLAIN_ID.fullmatch(name):
+        return name
+    raw = name.encode("utf-8", "surrogateescape")
+    ascii_ = unicodedata.normalize("NFKD", raw.decode("utf-8", "replace")).encode("ascii", "ignore")
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", ascii_.decode()).strip("_")[:40] or "student"
+    return f"{slug}--{hashlib.sha256(raw).hexdigest()[:16]}"
+
+
+def shown(name: str) -> str:
+    """A name as the CSV and the gradebook show it (bytes that are not UTF-8 replaced)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+class Refused(Exception):
+    """Why a submitted path is not read (one line for the student's status)."""
+
+
+def _kind(mode: int) -> str:
+    """What a file of this mode is, in words."""
+    for test, word in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def read_regular(top: int, parts: list[str], limit: int) -> bytes:
+    """The bytes of the regular file top/parts[0]/..., read without following any link.
+
+    top is an open folder. Every step is opened with O_NOFOLLOW relative to the last; a link, a
+    pipe, a device, a socket, a hard link (a second name of some other file) or a file over limit
+    bytes raises Refused; a missing file raises FileNotFoundError. Nothing else is touched.
+    """
+    where = "/".join(parts)
+    fd = os.dup(top)
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | (0 if last else os.O_DIRECTORY)
+            try:
+                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                raise
+            if not last and stat.S_ISREG(st.st_mode):
+                raise FileNotFoundError(where)  # a file where a folder was looked for: not there
+            if stat.S_ISLNK(st.st_mode) or (not last and not stat.S_ISDIR(st.st_mode)):
+                raise Refused(f"{'/'.join(parts[:i + 1])} is {_kind(st.st_mode)}: only regular "
+                              f"files and folders are read")
+            try:
+                nfd = os.open(part, flags, dir_fd=fd)
+            except OSError as err:
+                raise Refused(f"{'/'.join(parts[:i + 1])} cannot be read ({err.strerror})") from None
+            os.close(fd)
+            fd = nfd
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(f"{where} is {_kind(st.st_mode)}, not a regular file")
+        if st.st_nlink > 1:
+            raise Refused(f"{where} is a hard link (one more name of a file elsewhere): hand in a copy")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise Refused(f"{where} is over the {limit >> 20} MiB a notebook may have")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def lab_notebooks(lab: str) -> list[str]:
@@ -71,54 +169,105 @@ def lab_notebooks(lab: str) -> list[str]:
     return sorted(p.stem for p in src.glob("*.ipynb"))
 
 
+def _take(st: Student, top: int, entry: str, lab: str, names: list[str], single: bool) -> None:
+    """Read st's notebooks (and timestamp) from the entry `entry` of the open folder top."""
+    for name in names:
+        options = [[entry]] if single else [[entry, lab, f"{name}.ipynb"], [entry, f"{name}.ipynb"]]
+        for parts in options:
+            try:
+                st.notebooks[name] = read_regular(top, parts, MAX_NOTEBOOK)
+                break
+            except FileNotFoundError:
+                continue
+    try:
+        st.timestamp = read_regular(top, [entry, lab, "timestamp.txt"], MAX_STAMP) if not single else None
+    except FileNotFoundError:
+        st.timestamp = None
+
+
 def find_submissions(folder: Path, lab: str, names: list[str]) -> list[Student]:
-    """One Student per entry of folder, with the notebooks found for them (or a status why not)."""
+    """One Student per entry of folder, with the notebooks read for them (or a status why not).
+
+    Only regular files and folders are read, never through a link (read_regular); what is refused
+    becomes that student's status, and nothing of it is read or copied.
+    """
     if not folder.is_dir():
         raise SystemExit(f"grade: {folder} is not a folder of submissions")
+    top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     students = []
-    for entry in sorted(folder.iterdir()):
-        if entry.name.startswith("."):
-            continue
-        sid = entry.stem if entry.suffix == ".ipynb" else entry.name
-        st = Student(re.sub(r"[^A-Za-z0-9_.-]", "_", sid))
-        for name in names:
-            candidates = ([entry] if entry.is_file() and len(names) == 1 else
-                          [entry / lab / f"{name}.ipynb", entry / f"{name}.ipynb"])
-            found = next((c for c in candidates if c.is_file() and c.suffix == ".ipynb"), None)
-            if found:
-                st.notebooks[name] = found
-        stamp = entry / lab / "timestamp.txt"
-        st.timestamp = stamp if stamp.is_file() else None
-        missing = [n for n in names if n not in st.notebooks]
-        if missing:
-            st.status = f"missing notebook(s): {', '.join(n + '.ipynb' for n in missing)}"
-        for name, path in st.notebooks.items():
+    try:
+        for entry in sorted(os.listdir(top)):
+            if entry in JUNK:
+                continue
+            mode = os.stat(entry, dir_fd=top, follow_symlinks=False).st_mode
+            single = stat.S_ISREG(mode) and entry.endswith(".ipynb") and len(names) == 1
+            name = entry[:-len(".ipynb")] if entry.endswith(".ipynb") and not stat.S_ISDIR(mode) else entry
+            st = Student(shown(name), grader_id(name))
             try:
-                nb = json.loads(path.read_text(encoding="utf-8"))
-                if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
-                    raise ValueError("no cells")
-                if not all(isinstance(c, dict) and "cell_type" in c and "source" in c
-                           for c in nb["cells"]):
-                    raise ValueError("a cell without cell_type or source")
-            except (UnicodeDecodeError, ValueError) as err:
-                st.status = f"unreadable notebook {name}.ipynb: {err}"
-        students.append(st)
-    return students
+                if not (single or stat.S_ISDIR(mode)):
+                    raise Refused(f"{entry} is {_kind(mode)}: only regular files and folders are read")
+                _take(st, top, entry, lab, names, single)
+            except Refused as why:
+                st.status = f"not graded: {shown(str(why))}"
+                st.notebooks, st.timestamp = {}, None
+                students.append(st)
+                continue
+            missing = [n for n in names if n not in st.notebooks]
+            if missing:
+                st.status = f"missing notebook(s): {', '.join(n + '.ipynb' for n in missing)}"
+            for nb_name, data in st.notebooks.items():
+                try:
+                    nb = json.loads(data.decode("utf-8"))
+                    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+                        raise ValueError("no cells")
+                    if not all(isinstance(c, dict) and "cell_type" in c and "source" in c
+                               for c in nb["cells"]):
+                        raise ValueError("a cell without cell_type or source")
+                except (UnicodeDecodeError, ValueError) as err:
+                    st.status = f"unreadable notebook {nb_name}.ipynb: {err}"
+            students.append(st)
+    finally:
+        os.close(top)
+    kept: dict[str, Student] = {}
+    for st in students:  # two entries, one student (ann/ and ann.ipynb): neither is guessed
+        if st.id in kept:
+            first = kept[st.id]
+            first.status = (f"not graded: handed in twice (a folder and a notebook named "
+                            f"{first.name}): keep one")
+            first.notebooks, first.timestamp = {}, None
+        else:
+            kept[st.id] = st
+    return list(kept.values())
 
 
 def repair(nb: dict, release: dict) -> tuple[dict, list[str]]:
-    """nb with the nbgrader metadata of every test/locked cell set to the release's.
+    """nb with what honest editing breaks put right, and a note for each repair.
 
-    A cell keeps its grade id when it has one; a code or markdown cell that lost its metadata is
-    matched to the missing release cell whose source it most resembles. nbgrader then restores the
-    sources of test and locked cells from its database (and re-adds deleted ones).
+    - a cell id used twice (a copied cell) gets a new id; a copy of a graded cell becomes a cell of
+      the student's own (the first keeps the grade id);
+    - every test/locked cell gets the release's nbgrader metadata: a cell keeps its grade id when
+      it has one; a cell that lost its metadata is matched to the missing release cell whose source
+      it most resembles;
+    - graded cells are put back in the release's order, a deleted test/locked one re-added in its
+      place (the student's own cells stay after the graded cell they followed). nbgrader then
+      restores the sources of test/locked cells from its database.
     """
     meta = notebook.by_grade_id(release)
     notes = []
-    seen = set()
+    ids: set[str] = set()
+    seen: set[str] = set()
     for cell in nb["cells"]:
+        cid = cell.get("id")
+        if isinstance(cid, str) and cid in ids:
+            cell["id"] = uuid.uuid4().hex[:8]
+            notes.append(f"gave a copied cell (id {cid}) an id of its own")
+        if isinstance(cid, str):
+            ids.add(cell["id"])
         gid = notebook.grade_id(cell)
-        if gid in meta and gid not in seen:
+        if gid in seen:
+            cell.setdefault("metadata", {}).pop("nbgrader", None)
+            notes.append(f"a copy of {gid} became a cell of your own (the first keeps the grade id)")
+        elif gid in meta:
             seen.add(gid)
             want = notebook.nbgrader(meta[gid])
             have = notebook.nbgrader(cell)
@@ -138,9 +287,56 @@ def repair(nb: dict, release: dict) -> tuple[dict, list[str]]:
             best.setdefault("metadata", {})["nbgrader"] = dict(notebook.nbgrader(rel))
             notes.append(f"restored the lost metadata of {gid}")
             seen.add(gid)
+    return nb, notes + _reorder(nb, release)
+
+
+def _longest_in_order(order: list[str], fixed: list[str]) -> set[str]:
+    """The most cells of order that already follow fixed's order (the rest are the moved ones)."""
+    rank = [fixed.index(g) for g in order]
+    best: list[list[int]] = []
+    for i, r in enumerate(rank):
+        prev = max((best[j] for j in range(i) if rank[j] < r), key=len, default=[])
+        best.append([*prev, i])
+    return {order[i] for i in max(best, key=len, default=[])}
+
+
+def _reorder(nb: dict, release: dict) -> list[str]:
+    """Put nb's graded cells in the release's order, deleted test/locked ones re-added (see repair)."""
+    fixed = [g for g in map(notebook.grade_id, release["cells"]) if g]
+    anchors = set(fixed)
+    head: list[dict] = []
+    after: dict[str, list[dict]] = {}
+    present: dict[str, dict] = {}
+    current = None
+    for cell in nb["cells"]:
+        gid = notebook.grade_id(cell)
+        if gid and gid in anchors:
+            present[gid] = cell
+            current = gid
+            after[gid] = []
         else:
+            (after[current] if current else head).append(cell)
+    notes = []
+    order = [g for g in map(notebook.grade_id, nb["cells"]) if g and g in anchors]
+    moved = sorted(set(order) - _longest_in_order(order, fixed), key=fixed.index)
+    if moved:
+        notes.append(f"put the moved cell(s) {', '.join(moved)} back in their place")
+    release_cells = notebook.by_grade_id(release)
+    cells = head
+    for gid in fixed:
+        if gid not in present and notebook.nbgrader(release_cells[gid]).get("solution"):
+            continue  # a deleted answer: its tests fail (a stub would undo an answer put elsewhere)
+        if gid not in present:
+            cell = json.loads(json.dumps(release_cells[gid]))
+            if cell["cell_type"] == "code":
+                cell["outputs"], cell["execution_count"] = [], None
+            if "id" in cell:  # nbformat 4.5: ids are unique
+                cell["id"] = uuid.uuid4().hex[:8]
+            present[gid] = cell
             notes.append(f"re-added the deleted cell {gid}")
-    return nb, notes
+        cells += [present[gid], *after.get(gid, [])]
+    nb["cells"] = cells
+    return notes
 
 
 @dataclass
@@ -171,7 +367,7 @@ def job_env(scratch: Path, cell_timeout: int | None) -> dict[str, str]:
 
 
 def prepare(course: gradebook.Course, lab: str, names: list[str], cell_timeout: int | None,
-            notebook_timeout: float, sandboxed: bool) -> Run:
+            notebook_timeout: float, sandboxed: bool, limits: sandbox.Limits = sandbox.Limits()) -> Run:
     """The lab in the course gradebook, and a template course folder every job copies."""
     course.add_lab(lab)
     template = course.jobs / f"template-{lab}-{uuid.uuid4().hex[:8]}"
@@ -182,7 +378,6 @@ def prepare(course: gradebook.Course, lab: str, names: list[str], cell_timeout: 
         raise SystemExit(f"grade: nbgrader generate_assignment failed:\n{out}")
     release = {n: json.loads((template / "release" / lab / f"{n}.ipynb").read_text()) for n in names}
     shutil.rmtree(template / "release")
-    limits = sandbox.Limits()
     return Run(course, lab, template, release, cell_timeout, notebook_timeout, limits, sandboxed)
 
 
@@ -193,7 +388,7 @@ def grade_one(st: Student, run: Run) -> Student:
     except Exception as err:  # noqa: BLE001  (a malformed notebook must not stop the class)
         st.status = f"not graded: the grader could not process this submission ({type(err).__name__}: {err})"
         with run.lock:
-            run.course.record(run.lab, st.id, None, st.status, st.notes, st.seconds)
+            run.course.record(run.lab, st.id, None, st.status, st.notes, st.seconds, st.name)
         return st
 
 
@@ -201,7 +396,7 @@ def _grade_one(st: Student, run: Run) -> Student:
     """Grade one student in a private course folder and sandbox; add the result to the gradebook."""
     if st.status != "graded":
         with run.lock:
-            run.course.record(run.lab, st.id, None, st.status, st.notes, 0.0)
+            run.course.record(run.lab, st.id, None, st.status, st.notes, 0.0, st.name)
         return st
     lab = run.lab
     scratch = run.course.jobs / f"{lab}-{st.id}-{uuid.uuid4().hex[:8]}"
@@ -218,29 +413,41 @@ def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
     gradebook.nbgrader_course(scratch, lab, write_source=False)
     dest = scratch / "submitted" / st.id / lab
     dest.mkdir(parents=True)
-    for name, path in st.notebooks.items():
-        nb, notes = repair(json.loads(path.read_text(encoding="utf-8")), run.release[name])
+    for name, data in st.notebooks.items():
+        nb, notes = repair(json.loads(data.decode("utf-8")), run.release[name])
         st.notes += [f"{name}: {n}" for n in notes]
         (dest / f"{name}.ipynb").write_text(json.dumps(nb))
-    if st.timestamp:
-        shutil.copy(st.timestamp, dest / "timestamp.txt")
+    if st.timestamp is not None:
+        (dest / "timestamp.txt").write_bytes(st.timestamp)
     home, khome = scratch / "home", scratch / "kernel-home"
-    for d in (home, khome, scratch / "runtime", scratch / "share"):
+    for d in (home, khome, scratch / "runtime", scratch / "share", scratch / "autograded"):
         d.mkdir()
     env = job_env(scratch, run.cell_timeout)
-    argv = [str(BIN / "nbgrader"), "autograde", lab, "--student", st.id, "--force"]
+    argv = [str(BIN / "nbgrader"), "autograde", lab, f"--student={st.id}", "--force"]
     if run.sandboxed:
         graded = scratch / "autograded" / st.id / lab
-        # The kernel's home is its own: nbgrader's holds the course's configuration.
-        sandbox.kernel_spec(scratch / "share", writable=[graded, khome], read=[scratch / "runtime"],
+        # The kernel's home is its own: nbgrader's holds the course's configuration. It sees its
+        # graded folder, its home, the runtime folder (its connection file) and SOCKETS (its IPC
+        # sockets: a short path in the private /tmp of nbgrader's sandbox, as a socket's must be).
+        sandbox.kernel_spec(scratch / "share", writable=[graded, khome, scratch / "runtime", SOCKETS],
                             setenv={"HOME": str(khome), "IPYTHONDIR": str(khome / ".ipython"),
                                     "TMPDIR": "/tmp"})
-        argv = sandbox.bwrap_argv(argv, writable=[scratch], caps=True, env=env, cwd=scratch)
+        with (scratch / "nbgrader_config.py").open("a") as f:  # the kernel's sandbox has no network
+            f.write(f"import os\nos.makedirs({str(SOCKETS)!r}, exist_ok=True)\n"
+                    "c.KernelManager.transport = 'ipc'\n"
+                    f"c.KernelManager.ip = {str(SOCKETS / 'kernel')!r}\n")
+        # nbgrader (trusted) runs as the sandbox's user, never root, in a sandbox of its own that
+        # can start the kernel's (host_proc); gradebook.db, with the hidden tests, is not in the kernel's.
+        argv = sandbox.bwrap_argv(argv, writable=[scratch], env=env, cwd=scratch, host_proc=True)
+        sandbox.hand_over(scratch)
     start = time.monotonic()
-    done = sandbox.run_limited(argv, scratch, env, run.notebook_timeout, run.limits)
+    done = sandbox.run_limited(argv, scratch, env, run.notebook_timeout, run.limits, watch=scratch)
     code, out = done.code, done.output
     st.seconds = time.monotonic() - start
-    if code == -1:
+    if done.disk_full:
+        st.status = (f"not graded: wrote more than {run.limits.disk >> 20} MiB of files in all (the "
+                     f"limit for one student's files); stopped there")
+    elif code == -1:
         st.status = (f"not graded: still running after {run.notebook_timeout:.0f} s (a cell that "
                      f"survives interrupts?): grade by hand")
     elif done.out_of_memory:
@@ -252,7 +459,7 @@ def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
         st.status = f"not graded: {why_failed(out, code, run.limits)} (log: {log})"
     with run.lock:
         recorded = run.course.record(run.lab, st.id, scratch if st.status == "graded" else None,
-                                     st.status, st.notes, st.seconds)
+                                     st.status, st.notes, st.seconds, st.name)
     if recorded:
         st.score, st.max_score, st.cells, by_hand = recorded
         if by_hand:
@@ -279,13 +486,14 @@ def default_jobs(lab: str, students: int) -> int:
 
 
 def write_csv(students: list[Student], lab: str, out: Path) -> None:
-    """One row per student: student, lab, score, max_score, status, notes, each test cell's points."""
+    """One row per student: student (the name handed in), grader_id, lab, score, max_score, status,
+    notes, each test cell's points."""
     cells = sorted({c for st in students for c in st.cells})
-    with out.open("w", newline="") as f:
+    with out.open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["student", "lab", "score", "max_score", "status", "notes", *cells])
+        w.writerow(["student", "grader_id", "lab", "score", "max_score", "status", "notes", *cells])
         for st in students:
-            w.writerow([st.id, lab, f"{st.score:g}", f"{st.max_score:g}", st.status,
+            w.writerow([st.name, st.id, lab, f"{st.score:g}", f"{st.max_score:g}", st.status,
                         "; ".join(st.notes), *(f"{st.cells.get(c, 0.0):g}" for c in cells)])
 
 
@@ -300,9 +508,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="students graded at once (default: cores / the lab's ranks)")
     p.add_argument("--cell-timeout", type=int, default=None,
                    help="default seconds per cell (cells listed in nbgrader_config.py keep theirs)")
+    p.add_argument("--disk-mb", type=int, default=sandbox.Limits.disk >> 20,
+                   help="MiB of files one student's grading may write in all (stopped there)")
     p.add_argument("--notebook-timeout", type=float, default=900,
                    help="wall-clock seconds for one student's whole lab")
     a = p.parse_args(argv)
+    sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]  # any name, any locale
     sandboxed = not sandbox.disabled()
     sandbox.require()
     names = lab_notebooks(a.lab)
@@ -313,12 +524,13 @@ def main(argv: list[str] | None = None) -> int:
     jobs = a.jobs or default_jobs(a.lab, len(students))
     print(f"grading {len(students)} submission(s) of {a.lab} into {course.root}, {jobs} at a time"
           f"{'' if sandboxed else ' (NOT sandboxed)'}")
-    run = prepare(course, a.lab, names, a.cell_timeout, a.notebook_timeout, sandboxed)
+    run = prepare(course, a.lab, names, a.cell_timeout, a.notebook_timeout, sandboxed,
+                  sandbox.Limits(disk=a.disk_mb << 20))
     start = time.monotonic()
     try:
         with ThreadPoolExecutor(jobs) as pool:
             for st in pool.map(lambda s: grade_one(s, run), students):
-                print(f"  {st.id}: {st.score:g} / {st.max_score:g}  {st.status} ({st.seconds:.0f} s)",
+                print(f"  {st.name}: {st.score:g} / {st.max_score:g}  {st.status} ({st.seconds:.0f} s)",
                       flush=True)
     finally:
         shutil.rmtree(run.template, ignore_errors=True)

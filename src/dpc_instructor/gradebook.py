@@ -9,6 +9,7 @@ The course folder (default build/course; `COURSE=...` with make) is an nbgrader 
     submitted/<student>/<lab>/ what each student handed in, as graded last
     autograded/<student>/<lab>/the graded notebooks
     status.json                per student and lab: how the last grading went (and notes)
+    names.json                 per grader id: the student's name as handed in (shown in CSVs and feedback)
     jobs/                      scratch of runs in progress (one folder per student being graded)
 Changes happen under a file lock (`.lock`), so grading runs may overlap without corrupting it.
 """
@@ -91,12 +92,19 @@ class Course:
     def statuses(self) -> dict[str, dict[str, dict]]:
         """status.json: {student: {lab: {status, notes, seconds, graded_at}}}."""
         f = self.root / "status.json"
-        return json.loads(f.read_text()) if f.exists() else {}
+        return json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+
+    def names(self) -> dict[str, str]:
+        """names.json: {grader id: the student's name as handed in}."""
+        f = self.root / "names.json"
+        return json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
 
     def record(self, lab: str, student: str, scratch: Path | None, status: str, notes: list[str],
-               seconds: float) -> tuple[float, float, dict[str, float], list[str]] | None:
+               seconds: float, name: str | None = None
+               ) -> tuple[float, float, dict[str, float], list[str]] | None:
         """Add one student's grading of lab (from the job folder scratch) to the course.
 
+        `student` is the grader id; `name` the name handed in (kept in names.json).
         Only this student's submission of this lab is replaced. A run that could not grade them
         (scratch None) records its status and keeps any earlier grade. Returns (score, max score,
         points by test cell, cells needing manual grading), or None when nothing was graded.
@@ -146,10 +154,17 @@ class Course:
                      "graded_at": (time.strftime("%Y-%m-%d %H:%M:%S") if scratch is not None
                                    else (earlier or {}).get("graded_at"))}
             statuses.setdefault(student, {})[lab] = entry
-            tmp = self.root / f"status.json.{uuid.uuid4().hex[:6]}"
-            tmp.write_text(json.dumps(statuses, indent=1, sort_keys=True))
-            tmp.replace(self.root / "status.json")
+            self._write("status.json", statuses)
+            names = self.names()
+            if name is not None and names.get(student) != name:
+                self._write("names.json", {**names, student: name})
         return result
+
+    def _write(self, file: str, data: dict) -> None:
+        """Replace the course's JSON file at once (readers never see half of it)."""
+        tmp = self.root / f"{file}.{uuid.uuid4().hex[:6]}"
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False), encoding="utf-8")
+        tmp.replace(self.root / file)
 
     @staticmethod
     def _scores(gb, lab: str, student: str) -> tuple[float, float, dict[str, float], list[str]]:
@@ -168,6 +183,7 @@ class Course:
         from nbgrader.api import Gradebook, MissingEntry
 
         statuses = self.statuses()
+        names = self.names()
         rows = []
         with Gradebook(self.db_url) as gb:
             labs = sorted(gb.assignments, key=lambda a: a.name)
@@ -188,7 +204,8 @@ class Course:
                                 g = gb.find_grade(cell.name, nb.name, a.name, sid)
                             cell_status = ("needs manual grading" if g is not None and g.needs_manual_grade
                                            else "graded" if g is not None else status)
-                            rows.append({"student": sid, "lab": a.name, "cell": cell.name,
+                            rows.append({"student": names.get(sid, sid), "grader_id": sid,
+                                         "lab": a.name, "cell": cell.name,
                                          "points": f"{g.score if g else 0:g}",
                                          "max_points": f"{cell.max_score:g}",
                                          "auto_points": f"{g.auto_score:g}" if g and g.auto_score is not None else "",
@@ -197,12 +214,14 @@ class Course:
                     score = sub.score if sub is not None else 0.0
                     if sub is not None and any(g.needs_manual_grade for n in sub.notebooks for g in n.grades):
                         status += "; needs manual grading"
-                    rows.append({"student": sid, "lab": a.name, "cell": "(lab total)",
+                    rows.append({"student": names.get(sid, sid), "grader_id": sid,
+                                 "lab": a.name, "cell": "(lab total)",
                                  "points": f"{score:g}", "max_points": f"{a.max_score:g}",
                                  "auto_points": "", "manual_points": "", "status": status})
                     total += score
                     maximum += a.max_score
-                rows.append({"student": sid, "lab": "(course)", "cell": "(course total)",
+                rows.append({"student": names.get(sid, sid), "grader_id": sid,
+                             "lab": "(course)", "cell": "(course total)",
                              "points": f"{total:g}", "max_points": f"{maximum:g}",
                              "auto_points": "", "manual_points": "", "status": ""})
         return rows
@@ -210,18 +229,19 @@ class Course:
     def export(self, out: Path) -> int:
         """Write the course CSV; return the number of students."""
         rows = self.rows()
-        with out.open("w", newline="") as f:
-            w = csv.DictWriter(f, ["student", "lab", "cell", "points", "max_points", "auto_points",
+        with out.open("w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, ["student", "grader_id", "lab", "cell", "points", "max_points", "auto_points",
                                    "manual_points", "status"])
             w.writeheader()
             w.writerows(rows)
-        return len({r["student"] for r in rows})
+        return len({r["grader_id"] for r in rows})
 
     def feedback(self, out: Path) -> list[Path]:
         """Per student and lab, an HTML page: what passed, what failed; hidden tests removed."""
         from nbgrader.api import Gradebook, MissingEntry
 
         written = []
+        names = self.names()
         with Gradebook(self.db_url) as gb:
             for sid, labs in sorted(self.statuses().items()):
                 for lab, st in sorted(labs.items()):
@@ -232,7 +252,8 @@ class Course:
                         sub = None
                     page = out / sid / lab / "feedback.html"
                     page.parent.mkdir(parents=True, exist_ok=True)
-                    page.write_text(feedback_page(sid, lab, st, sub, folder))
+                    page.write_text(feedback_page(names.get(sid, sid), lab, st, sub, folder),
+                                    encoding="utf-8")
                     written.append(page)
         return written
 

@@ -65,8 +65,13 @@ def check(notebook: Path, timeout: float) -> list[dict]:
             argv = sandbox.bwrap_argv(argv, writable=[scratch],
                                       read=[Path(__file__).resolve(), Path(sandbox.__file__).resolve()],
                                       env=env, cwd=work)
-        done = sandbox.run_limited(argv, work, env, timeout, capture=False)
-        if done.code == -1:
+            sandbox.hand_over(scratch)  # run by root, the notebook runs as the sandbox's user
+        limits = sandbox.Limits()
+        done = sandbox.run_limited(argv, work, env, timeout, limits, capture=False, watch=scratch)
+        if done.disk_full:
+            print(f"check: {notebook.name} wrote more than {limits.disk >> 20} MiB of files in all: "
+                  f"stopped", file=sys.stderr)
+        elif done.code == -1:
             print(f"check: {notebook.name} still running after {timeout:.0f} s: stopped", file=sys.stderr)
         if not result.exists():
             return [{"cell": "(notebook)", "points": 0.0, "passed": False,

@@ -8,9 +8,15 @@ The sandbox is Debian's `bubblewrap` (`bwrap`, no daemon; apt-get install bubble
   `examples/` read-only, and writable only the folders named by the caller (its scratch);
   `solutions/`, `tests/`, the grader's copy of the source, the gradebook, other students and
   `.git` are simply not there;
-- no capabilities (root inside cannot remount what is hidden), a clean environment;
+- never root: started by root, the sandboxed command runs as an unprivileged user (`nobody`, or
+  DPC_SANDBOX_USER), without capabilities (setpriv); so nothing it reaches, through any path, lets it
+  change a file or device node of the host it does not own (the writable folders are handed to
+  that user first: `hand_over`). Started by anyone else, it runs as them, with no capabilities;
+- a clean environment;
 - limits on memory and process count (a cgroup of its own, where the machine lets us create one),
-  the size of any file written (RLIMIT_FSIZE) and, by the caller, wall time.
+  the size of any file written (RLIMIT_FSIZE), the space its /tmp may take (a sized tmpfs), the
+  space its writable folder may take (a watcher in `run_limited` stops it there) and, by the
+  caller, wall time.
 
 `src/dpc_instructor/grade.py` runs each student's `nbgrader autograde` in one sandbox and each kernel in a second,
 tighter one (the kernel cannot read nbgrader's database, which holds the hidden tests);
@@ -19,10 +25,12 @@ tighter one (the kernel cannot read nbgrader's database, which holds the hidden 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -44,11 +52,40 @@ PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() els
 
 @dataclass(frozen=True)
 class Limits:
-    """What one sandbox may use: memory (bytes), processes+threads, bytes of any one file written."""
+    """What one sandbox may use: memory (bytes), processes+threads, bytes of any one file written,
+    bytes in its writable folder (`disk`) and in its /tmp (`tmp`)."""
 
     memory: int = 8 << 30
     pids: int = 4096
     file_size: int = 512 << 20
+    disk: int = 2 << 30
+    tmp: int = 1 << 30
+
+
+def sandbox_user() -> tuple[int, int] | None:
+    """(uid, gid) sandboxed code runs as when this process is root (DPC_SANDBOX_USER, default
+    nobody); None when it is not root (the code then runs as the caller, without capabilities)."""
+    if os.geteuid() != 0:
+        return None
+    name = os.environ.get("DPC_SANDBOX_USER", "nobody")
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise SystemExit(f"sandbox: no user {name!r} to run student code as (DPC_SANDBOX_USER); "
+                         f"student code never runs as root") from None
+    if entry.pw_uid == 0:
+        raise SystemExit(f"sandbox: DPC_SANDBOX_USER={name} is root; student code never runs as root")
+    return entry.pw_uid, entry.pw_gid
+
+
+def hand_over(folder: Path) -> None:
+    """Make folder (and all in it) the sandbox user's, so that sandboxed code may write there
+    (nothing to do when this process is not root)."""
+    user = sandbox_user()
+    if user is None:
+        return
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, *user, follow_symlinks=False)
 
 
 def disabled() -> bool:
@@ -70,6 +107,13 @@ def unavailable() -> str | None:
         return (f"bwrap cannot create namespaces here ({done.stderr.strip() or done.returncode}); "
                 f"user namespaces must be allowed (sysctl kernel.unprivileged_userns_clone=1) or "
                 f"run as root")
+    # The grader's nbgrader starts each kernel's sandbox from its own, unprivileged (nested).
+    nested = bwrap_argv([bwrap, *_base_args([], net=False), "--", "true"], writable=[], host_proc=True)
+    done = subprocess.run(nested, capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        return (f"bwrap cannot start a sandbox inside a sandbox, unprivileged "
+                f"({done.stderr.strip() or done.returncode}); user namespaces must be allowed "
+                f"(sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)")
     return None
 
 
@@ -84,41 +128,75 @@ def require() -> None:
                          f"{OFF_HINT}.")
 
 
-def _base_args(extra_read: Sequence[Path], net: bool) -> list[str]:
-    """bwrap arguments for the whitelisted file system, namespaces and no capabilities."""
+def _parents(paths: Sequence[Path | str]) -> list[str]:
+    """The folders above paths, outermost first, but / and the system folders: bwrap would make
+    them with their host's mode (/root, pytest's /tmp/pytest-of-root: 0700), which an unprivileged
+    sandbox user could not walk through."""
+    found: set[str] = set()
+    for path in paths:
+        for parent in Path(path).parents:
+            if str(parent) != "/" and not any(str(parent).startswith(s + "/") for s in SYSTEM_READ):
+                found.add(str(parent))
+    binds = {str(p) for p in paths}
+    return sorted(found - binds, key=lambda p: (p.count("/"), p))
+
+
+def _base_args(extra_read: Sequence[Path], net: bool, tmp_size: int = Limits.tmp,
+               writable: Sequence[Path] = (), host_proc: bool = False) -> list[str]:
+    """bwrap arguments for the whitelisted file system, namespaces and no capabilities (the
+    folders above every bound path made walkable: `_parents`).
+
+    host_proc: the host's /proc instead of one of the sandbox's own, for a sandbox that starts
+    sandboxes (only a fully visible /proc lets an unprivileged one mount its own); only for
+    trusted code (the grader's nbgrader), which then sees the host's processes."""
     args = ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "localhost", "--cap-drop", "ALL"]
     if not net:
         args.append("--unshare-net")
-    for system in SYSTEM_READ:
-        if os.path.isdir(system):
-            args += ["--ro-bind", system, system]
+    # /tmp and /dev/shm (multiprocessing's semaphores, DataLoader workers): sized, anyone's, sticky
+    args += [*(["--bind", "/proc", "/proc"] if host_proc else ["--proc", "/proc"]), "--dev", "/dev",
+             "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/tmp",
+             "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/dev/shm", "--tmpfs", "/run"]
+    system = [s for s in SYSTEM_READ if os.path.isdir(s)]
+    read: list[Path] = []
+    base = Path(sys.base_prefix).resolve()
+    if not any(str(base).startswith(p + "/") or str(base) == p for p in SYSTEM_READ):
+        read.append(base)  # a Python outside /usr (pyenv, conda)
+    env = Path(sys.prefix).resolve()
+    if env != base and not env.is_relative_to(ROOT):
+        read.append(env)  # the environment running this (PY=... of make)
+    read += [p for p in extra_read if p.exists()]
+    for parent in _parents([*system, *read, *writable]):
+        args += ["--perms", "0755", "--dir", parent]
+    for folder in system:
+        args += ["--ro-bind", folder, folder]
     for link in SYSTEM_LINKS:
         if os.path.islink(link):
             args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             args += ["--ro-bind", link, link]
-    base = Path(sys.base_prefix).resolve()
-    if not any(str(base).startswith(p + "/") or str(base) == p for p in SYSTEM_READ):
-        args += ["--ro-bind", str(base), str(base)]  # a Python outside /usr (pyenv, conda)
-    env = Path(sys.prefix).resolve()
-    if env != base and not env.is_relative_to(ROOT):
-        args += ["--ro-bind", str(env), str(env)]  # the environment running this (PY=... of make)
-    for dev in sorted(Path("/dev").glob("nvidia*")):  # GPUs, where the machine has them
-        args += ["--dev-bind", str(dev), str(dev)]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
-    for path in extra_read:
-        if path.exists():
-            args += ["--ro-bind", str(path), str(path)]
+    for gpu in sorted(Path("/dev").glob("nvidia*")):  # GPUs, where the machine has them
+        args += ["--dev-bind", str(gpu), str(gpu)]
+    for path in read:
+        args += ["--ro-bind", str(path), str(path)]
     return args
 
 
 def bwrap_argv(argv: list[str], writable: list[Path], read: Sequence[Path] = (), net: bool = False,
-               caps: bool = False, env: dict[str, str] | None = None,
-               setenv: dict[str, str] | None = None, cwd: Path | None = None) -> list[str]:
-    """The command that runs argv in a sandbox: course + system read-only, writable only `writable`."""
-    args = [shutil.which("bwrap") or "bwrap", *_base_args([*COURSE_READ, *read], net)]
-    if caps:  # only for the grader's own nbgrader process, which starts the kernel's sandbox
+               env: dict[str, str] | None = None,
+               setenv: dict[str, str] | None = None, cwd: Path | None = None,
+               tmp_size: int = Limits.tmp, nested: bool = False, host_proc: bool = False
+               ) -> list[str]:
+    """The command that runs argv in a sandbox: course + system read-only, writable only `writable`.
+
+    Started by root, argv runs as `sandbox_user()` with no capabilities (root sets the sandbox up,
+    setpriv drops to that user before argv starts). `nested`: the command is started by that
+    user already (the grader's nbgrader starting a kernel), so it stays that user.
+    """
+    args = [shutil.which("bwrap") or "bwrap",
+            *_base_args([*COURSE_READ, *read], net, tmp_size, writable, host_proc)]
+    user = None if nested else sandbox_user()
+    if user is not None:  # root's setpriv needs its capabilities to drop to the user
         args.remove("--cap-drop")
         args.remove("ALL")
     for path in writable:
@@ -131,7 +209,18 @@ def bwrap_argv(argv: list[str], writable: list[Path], read: Sequence[Path] = (),
         args += ["--setenv", key, value]
     if cwd is not None:
         args += ["--chdir", str(cwd)]
-    return [*args, "--", *argv]
+    return [*args, "--", *(argv if nested else as_sandbox_user(argv))]
+
+
+def as_sandbox_user(argv: list[str]) -> list[str]:
+    """argv run as `sandbox_user()` with no capabilities and no way back (setpriv), when this
+    process is root; argv itself otherwise."""
+    user = sandbox_user()
+    if user is None:
+        return argv
+    uid, gid = user
+    return [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={gid}",
+            "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", *argv]
 
 
 class Cgroup:
@@ -225,16 +314,33 @@ def clean_env(home: Path, tmp: Path) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a limited run ended: exit code (-1: stopped at its time limit), output, memory exhausted."""
+    """How a limited run ended: exit code (-1: stopped at its time limit), output, memory
+    exhausted, stopped for filling its folder (`disk_full`)."""
 
     code: int
     output: str
     out_of_memory: bool
+    disk_full: bool = False
+
+
+def disk_usage(folder: Path) -> int:
+    """Bytes the files under folder take on disk (links not followed)."""
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        for name in files + dirs:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total
 
 
 def run_limited(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
-                limits: Limits = Limits(), capture: bool = True) -> Outcome:
-    """Run argv in its own session and cgroup, files capped; kill everything it started at the end."""
+                limits: Limits = Limits(), capture: bool = True, watch: Path | None = None) -> Outcome:
+    """Run argv in its own session and cgroup, files capped; kill everything it started at the end.
+
+    `watch`: a folder the run may fill up to limits.disk bytes; a watcher stops the run there
+    (and it ends with disk_full)."""
 
     launch_id = uuid.uuid4().hex
     cgroup = Cgroup(limits)
@@ -242,16 +348,31 @@ def run_limited(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
     proc = subprocess.Popen(cgroup.wrap(limit_file_size(argv, limits)), cwd=cwd, stdout=pipe,
                             stderr=subprocess.STDOUT if capture else None, text=True,
                             start_new_session=True, env={**env, MARKER: launch_id})
+    full = threading.Event()
+    ended = threading.Event()
+
+    def watcher() -> None:
+        while watch is not None and not ended.wait(0.25):
+            if disk_usage(watch) > limits.disk:
+                full.set()
+                kill_launch(launch_id, [proc])
+                cgroup.kill_all()
+                return
+
+    guard = threading.Thread(target=watcher, daemon=True)
+    guard.start()
     try:
         out, _ = proc.communicate(timeout=timeout)
         code = proc.returncode
     except subprocess.TimeoutExpired:
         out, code = "", -1
     finally:
+        ended.set()
+        guard.join()
         kill_launch(launch_id, [proc])  # kernels and ranks too: they carry the marker
         out_of_memory = cgroup.out_of_memory()  # read before close() removes the cgroup
         cgroup.close()  # kills whatever is left in it
-    return Outcome(code, out or "", out_of_memory)
+    return Outcome(code, out or "", out_of_memory, full.is_set())
 
 
 def cgroups_work() -> bool:
@@ -275,15 +396,19 @@ def kernel_spec(folder: Path, writable: list[Path], read: Sequence[Path] = (),
                 setenv: dict[str, str] | None = None) -> Path:
     """Write a `python3` kernelspec under folder/kernels whose kernel runs in a sandbox of its own.
 
-    Put folder on JUPYTER_PATH: nbgrader and nbclient then start every kernel through it.
+    Put folder on JUPYTER_PATH: nbgrader and nbclient then start every kernel through it. The
+    kernel has no network but its own loopback, so its client must use IPC sockets
+    (KernelManager.transport = "ipc") in a folder of `writable`: its runtime folder.
+    The one starting it is the sandbox's user already (see grade.py): it stays that user.
     Interrupts go by message (a signal would reach bwrap, not the kernel).
     """
     import json
 
     argv = bwrap_argv([PYTHON, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                      writable=writable, read=list(read), net=True, setenv=setenv)
+                      writable=writable, read=list(read), net=False, setenv=setenv, nested=True)
     # Not --die-with-parent: jupyter_client starts kernels from a helper thread, and the kernel would
-    # die with that thread. The grader's own sandbox (a PID namespace) still ends every process.
+    # die with that thread. The kernel's PID namespace ends every process it started with it, and
+    # the grader's cgroup and launch marker end the kernel.
     argv.remove("--die-with-parent")
     # ipykernel exits when its parent looks like init (PID 1): inside a PID namespace it always
     # does. Without JPY_PARENT_PID it does not watch its parent (the sandbox ends it instead).
