@@ -189,3 +189,23 @@ def test_one_student_handed_in_twice_is_not_guessed(tmp_path):
     got = grade.find_submissions(tmp_path, "04-manual-towers", ["manual-towers"])
     assert [(s.name, s.status) for s in got] == [
         ("ann", "not graded: handed in twice (a folder and a notebook named ann): keep one")]
+
+
+def test_stderr_of_a_test_cell_is_output_not_failure():
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+    from nbgrader.converters.autograde import Autograde
+    from nbgrader.utils import determine_grade
+
+    from dpc_instructor import nbgrader_hooks
+
+    # nbgrader's default steps, ours after Execute (an nbgrader upgrade must not drop a step silently)
+    assert Autograde().autograde_preprocessors == nbgrader_hooks.NBGRADER_AUTOGRADE
+    cell = new_code_cell("warnings.warn('x')", metadata={"nbgrader": {
+        "grade": True, "grade_id": "t", "points": 2, "solution": False, "locked": True}})
+    cell.outputs = [new_output("stream", name="stderr", text="UserWarning: x\n")]
+    assert determine_grade(cell, None) == (0, 2)  # nbgrader alone: a warning costs the points
+    nb, _ = nbgrader_hooks.StderrIsOutput()(new_notebook(cells=[cell]), {})  # as nbgrader calls it
+    cell = nb.cells[0]
+    assert determine_grade(cell, None) == (2, 2) and cell.outputs[0]["text"] == "UserWarning: x\n"
+    cell.outputs.append(new_output("error", ename="AssertionError", evalue="wrong", traceback=[]))
+    assert determine_grade(cell, None) == (0, 2)  # an error still does

@@ -42,8 +42,9 @@ WRONG = {
     return DataLoader(dataset, batch_size=batch_size, num_workers=2, shuffle=True,
                       pin_memory=True)''',
 }
-# A debugging loop left in a cell: interrupted at the cell timeout, the rest is graded.
-LOOPING = {**CORRECT, "lab01-fast-tf-pipeline": "while True:\n    pass"}
+# A debugging loop left in a cell (waiting for something that never comes): interrupted at the cell
+# timeout, the rest is graded. It sleeps rather than spins, so that it does not slow its neighbours.
+LOOPING = {**CORRECT, "lab01-fast-tf-pipeline": "import time\nwhile True:\n    time.sleep(0.1)"}
 # A loop that swallows the interrupt itself: only the wall-clock limit per student stops it.
 SURVIVOR = {**CORRECT, "lab01-fast-tf-pipeline": '''import time
 while True:

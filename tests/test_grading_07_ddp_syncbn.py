@@ -4,7 +4,8 @@ autograded by src/dpc_instructor/grade.py with real torchrun launches.
 Two correct submissions get full marks: the reference (the solution notebook's own answers) and a
 differently written one (a backend chosen in another way, gradient accumulation with an explicit
 branch around `no_sync()` and a loss reduced every batch, the three statistics stacked instead of
-concatenated, `hasattr` instead of `getattr`). A submission with the four typical DDP mistakes —
+concatenated, `hasattr` instead of `getattr`; its train_epoch warns, as a library may for correct
+code: warnings never cost points). A submission with the four typical DDP mistakes —
 no set_epoch, per-rank variances averaged instead of sums combined, the loss summed over ranks
 instead of averaged, every rank saving — loses exactly the points of the test each one breaks. It
 also edits the locked parameters cell (to a line that would fail every later cell): grading
@@ -121,8 +122,15 @@ def save_checkpoint(model, path, cfg):
     if cfg["distributed"]:
         dist.barrier()
 '''
-DIFFERENT = {"lab07-setup": SETUP, "lab07-data": DATA, "lab07-train": TRAIN, "lab07-syncbn": SYNCBN,
-             "lab07-save": SAVE}
+# A correct answer that warns (as a library may for correct code): warnings never cost points.
+WARNING_TRAIN = TRAIN.replace(
+    "def train_epoch(model, loader, sampler, optimizer, epoch, cfg, accum=1):\n",
+    "def train_epoch(model, loader, sampler, optimizer, epoch, cfg, accum=1):\n"
+    "    import warnings\n"
+    "    warnings.warn('train_epoch: a warning from a correct answer', UserWarning)\n", 1)
+assert WARNING_TRAIN != TRAIN
+DIFFERENT = {"lab07-setup": SETUP, "lab07-data": DATA, "lab07-train": WARNING_TRAIN,
+             "lab07-syncbn": SYNCBN, "lab07-save": SAVE}
 # The typical mistakes, each breaking a different test cell.
 WRONG = {
     # the locked parameters cell edited: restored from the source when graded

@@ -3,8 +3,9 @@ grade, tampering with test cells is undone, a late batch is added to the one cou
 without touching anyone else, the course CSV and the feedback pages come out of it, and the
 student's self-check exits non-zero on a failing lab.
 
-All graded exactly as an instructor would (src/dpc_instructor/grade.py, two students at a time, sandboxed).
-The attackers know the grader's exact paths (the strongest case: a real one would search).
+All graded exactly as an instructor would (src/dpc_instructor/grade.py, two students at a time, sandboxed),
+on lab 4 (the cheapest lab to run: the attacks do not depend on the lab). The attackers know the
+grader's exact paths (the strongest case: a real one would search).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import uuid
 
 import psutil
 import pytest
-import test_grading_01_input_pipeline as lab1
+import test_grading_04_manual_towers as lab4
 from gradekit import ROOT, grade_all, submission as fill
 
 from dpc_instructor import markers
@@ -26,8 +27,8 @@ from dpc_runtime import notebook, sandbox
 
 pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None,
                                 reason=f"no sandbox here: {sandbox.unavailable()}")
-LAB = lab1.LAB
-NB = lab1.RELEASE.name
+LAB = lab4.LAB
+NB = lab4.RELEASE.name
 TOKEN = uuid.uuid4().hex  # names the daemon a hostile submission leaves behind
 
 
@@ -39,7 +40,7 @@ seen = []
 for path in glob.glob("{ROOT}/solutions/{LAB}/*.ipynb") + glob.glob("{course}/**/source/{LAB}/*.ipynb", recursive=True):
     seen.append(path)
     for c in json.load(open(path))["cells"]:
-        if c["metadata"].get("nbgrader", {{}}).get("grade_id") == "lab01-fast-tf-pipeline":
+        if c["metadata"].get("nbgrader", {{}}).get("grade_id") == "lab04-tower-step":
             exec("".join(c["source"]))
 for db in glob.glob("{course}/**/gradebook.db", recursive=True) + glob.glob("../../../*.db"):
     seen.append(db)
@@ -80,21 +81,27 @@ print("VANDAL", done)'''
 def tampered() -> dict:
     """Correct answers; one test cell lost its nbgrader metadata (one click in JupyterLab), one
     had its points raised, one was emptied, one was deleted."""
-    nb = fill(lab1.RELEASE, lab1.CORRECT)
+    nb = fill(lab4.RELEASE, lab4.CORRECT)
     cells = []
     for cell in nb["cells"]:
         gid = notebook.grade_id(cell)
-        if gid == "lab01-test-tf-parallel":
+        if gid == "lab04-test-equal":
             cell["metadata"].pop("nbgrader")
-        elif gid == "lab01-test-torch-pinned":
+        elif gid == "lab04-test-shared":
             cell["metadata"]["nbgrader"]["points"] = 100
-        elif gid == "lab01-test-torch-same-batches":
+        elif gid == "lab04-test-split":
             cell["source"] = "pass"
-        elif gid == "lab01-test-tf-prefetch":
+        elif gid == "lab04-test-loss":
             continue
         cells.append(cell)
     nb["cells"] = cells
     return nb
+
+
+def lab4_tests() -> list[str]:
+    """The grade ids of lab 4's test cells."""
+    cells = json.loads(lab4.RELEASE.read_text())["cells"]
+    return [notebook.grade_id(c) for c in cells if notebook.nbgrader(c).get("grade")]
 
 
 def output_of(course, student: str) -> str:
@@ -124,20 +131,20 @@ def graded(tmp_path_factory):
     course = work / "course"
     subs = work / "submissions"  # where gradekit writes them
     first = {
-        "victim": {NB: fill(lab1.RELEASE, lab1.CORRECT)},
-        "cheat": {NB: fill(lab1.RELEASE, {**lab1.CORRECT, "lab01-fast-tf-pipeline": cheat(subs, course)})},
-        "vandal": {NB: fill(lab1.RELEASE, {**lab1.CORRECT, "lab01-fast-torch-loader":
-                                            lab1.CORRECT["lab01-fast-torch-loader"] + "\n" + vandal(subs, course)})},
+        "victim": {NB: fill(lab4.RELEASE, lab4.CORRECT)},
+        "cheat": {NB: fill(lab4.RELEASE, {**lab4.CORRECT, "lab04-tower-step": cheat(subs, course)})},
+        "vandal": {NB: fill(lab4.RELEASE, {**lab4.CORRECT, "lab04-tower-step":
+                                            lab4.CORRECT["lab04-tower-step"] + "\n" + vandal(subs, course)})},
         "tamper": {NB: tampered()},
-        "wrong": {NB: fill(lab1.RELEASE, lab1.WRONG)},
+        "wrong": {NB: fill(lab4.RELEASE, lab4.SUMMING)},
     }
     rows1 = grade_all(LAB, first, work, course=course)
     daemons = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
                if TOKEN in " ".join(p.info["cmdline"] or [])]
     before = course_rows(course, work)
     late_work = tmp_path_factory.mktemp("late")
-    rows2 = grade_all(LAB, {"wrong": {NB: fill(lab1.RELEASE, lab1.CORRECT)},
-                            "late": {NB: fill(lab1.RELEASE, lab1.CORRECT)}}, late_work, course=course)
+    rows2 = grade_all(LAB, {"wrong": {NB: fill(lab4.RELEASE, lab4.CORRECT)},
+                            "late": {NB: fill(lab4.RELEASE, lab4.CORRECT)}}, late_work, course=course)
     after = course_rows(course, work)
     return {"rows1": rows1, "rows2": rows2, "daemons": daemons, "before": before, "after": after,
             "course": course, "work": work}
@@ -145,7 +152,7 @@ def graded(tmp_path_factory):
 
 def test_the_sandbox_hides_the_answers_and_the_gradebooks(graded):
     row = graded["rows1"]["cheat"]
-    assert (row["status"], row["score"]) == ("graded", "5"), row  # its own torch answers only
+    assert (row["status"], row["score"]) == ("graded", "4"), row  # its own average_gradients only
     assert "SAW []" in output_of(graded["course"], "cheat")
 
 
@@ -155,9 +162,9 @@ def test_other_students_are_out_of_reach(graded):
     assert "VANDAL []" in output_of(graded["course"], "vandal")
     assert not (graded["course"] / "jobs" / "x").exists()
     assert json.loads((graded["course"] / "submitted" / "victim" / LAB / NB).read_text())["cells"]
-    assert (graded["rows1"]["vandal"]["status"], graded["rows1"]["vandal"]["score"]) == ("graded", "10")
+    assert (graded["rows1"]["vandal"]["status"], graded["rows1"]["vandal"]["score"]) == ("graded", "14")
     victim = graded["rows1"]["victim"]
-    assert (victim["status"], victim["score"], victim["max_score"]) == ("graded", "10", "10")
+    assert (victim["status"], victim["score"], victim["max_score"]) == ("graded", "14", "14")
 
 
 def test_nothing_outlives_grading(graded):
@@ -166,23 +173,22 @@ def test_nothing_outlives_grading(graded):
 
 def test_tampered_test_cells_are_restored(graded):
     row = graded["rows1"]["tamper"]
-    assert (row["status"], row["score"], row["max_score"]) == ("graded", "10", "10"), row
-    assert "restored the lost metadata of lab01-test-tf-parallel" in row["notes"]
-    assert "restored the metadata of lab01-test-torch-pinned" in row["notes"]
-    assert "re-added the deleted cell lab01-test-tf-prefetch" in row["notes"]
-    assert graded["rows1"]["wrong"]["score"] == "5"
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "14", "14"), row
+    assert "restored the lost metadata of lab04-test-equal" in row["notes"]
+    assert "restored the metadata of lab04-test-shared" in row["notes"]
+    assert "re-added the deleted cell lab04-test-loss" in row["notes"]
+    assert graded["rows1"]["wrong"]["score"] == "8"
 
 
 def test_a_late_batch_changes_only_its_own_students(graded):
     before, after = totals(graded["before"]), totals(graded["after"])
-    assert before == {"victim": "10", "cheat": "5", "vandal": "10", "tamper": "10", "wrong": "5"}
-    assert after == {**before, "wrong": "10", "late": "10"}
+    assert before == {"victim": "14", "cheat": "4", "vandal": "14", "tamper": "14", "wrong": "8"}
+    assert after == {**before, "wrong": "14", "late": "14"}
     # every test cell of every student, one row each, and a course total per student
     cells = {r["cell"] for r in graded["after"] if r["lab"] == LAB} - {"(lab total)"}
-    assert cells == {"lab01-test-tf-same-batches", "lab01-test-tf-parallel", "lab01-test-tf-prefetch",
-                     "lab01-test-torch-same-batches", "lab01-test-torch-workers", "lab01-test-torch-pinned"}
+    assert cells == set(lab4_tests())
     course = {r["student"]: (r["points"], r["max_points"]) for r in graded["after"] if r["lab"] == "(course)"}
-    assert course["late"][0] == "10" and float(course["late"][1]) >= 10
+    assert course["late"][0] == "14" and float(course["late"][1]) >= 14
 
 
 def test_feedback_shows_results_without_hidden_tests(graded, tmp_path):
@@ -195,26 +201,25 @@ def test_feedback_shows_results_without_hidden_tests(graded, tmp_path):
     source = json.loads((ROOT / "solutions" / LAB / NB).read_text())
     hidden = [line.strip() for c in source["cells"] for block in markers.hidden_tests(notebook.source(c))
               for line in block.splitlines() if len(line.strip()) > 12]
-    student_copy = lab1.RELEASE.read_text()
+    student_copy = lab4.RELEASE.read_text()
     hidden = [line for line in hidden if json.dumps(line)[1:-1] not in student_copy]  # hidden only
-    assert len(hidden) >= 5, "lab 1 has hidden tests to hide"
+    assert len(hidden) >= 5, "lab 4 has hidden tests to hide"
     for student, page in pages.items():
         text = html.unescape(re.sub(r"<[^>]+>", "", page))
         leaked = [line for line in hidden if line in text]
         assert not leaked, f"feedback of {student} shows hidden tests: {leaked}"
-    assert "failed" in pages["cheat"] and "Score:</b> 5 / 10" in pages["cheat"]
-    assert "Score:</b> 10 / 10" in pages["late"]
+    assert "failed" in pages["cheat"] and "Score:</b> 4 / 14" in pages["cheat"]
+    assert "Score:</b> 14 / 14" in pages["late"]
 
 
 def test_self_check_exit_code(tmp_path):
     lab = tmp_path / LAB
     lab.mkdir()
-    (lab / NB).write_text(json.dumps(fill(lab1.RELEASE, lab1.WRONG)))
+    (lab / NB).write_text(json.dumps(fill(lab4.RELEASE, lab4.SUMMING)))
     done = subprocess.run([sys.executable, "-m", "dpc_runtime.check", str(lab)],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 1, done.stdout + done.stderr
     table = dict(re.findall(r"^(lab\d+-test-[\w-]+)\s+\S+\s+(passed|FAILED)", done.stdout, re.M))
-    assert table == {"lab01-test-tf-same-batches": "passed", "lab01-test-tf-parallel": "FAILED",
-                     "lab01-test-tf-prefetch": "passed", "lab01-test-torch-same-batches": "FAILED",
-                     "lab01-test-torch-workers": "passed", "lab01-test-torch-pinned": "FAILED"}, done.stdout
-    assert f"{NB}: 5 / 10 visible points, 3 test cell(s) failed" in done.stdout
+    failed = {"lab04-test-average", "lab04-test-split", "lab04-test-equal"}
+    assert table == {t: "FAILED" if t in failed else "passed" for t in lab4_tests()}, done.stdout
+    assert f"{NB}: 8 / 14 visible points, 3 test cell(s) failed" in done.stdout

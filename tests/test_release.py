@@ -24,8 +24,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import test_grading_04_manual_towers as lab4
 from gradekit import ROOT, submission
-from test_grading_01_input_pipeline import CORRECT
 
 from dpc_instructor import release
 
@@ -229,20 +229,21 @@ def test_the_student_makefile(built: Path) -> None:
 
 @pytest.mark.slow
 def test_the_release_alone_checks_a_lab(built: Path, tmp_path: Path) -> None:
-    """(5) `make check` in the release fails the unanswered lab 1 and passes the correct answers."""
+    """(5) `make check` in the release fails the unanswered lab 4 and passes the correct answers (the
+    cheapest lab to run: what is checked is the release, not the lab)."""
     colleague_file("src/dpc_runtime/check.py")
     work = tmp_path / built.name
     shutil.copytree(built, work, symlinks=True)
     (work / ".venv").symlink_to(ROOT / ".venv")  # the course's packages, not a second install
     env = {**os.environ, "PYTHONPATH": str(work / "src")}  # the release's helpers, not this tree's
-    cmd = ["make", "-C", str(work), "check", f"LAB={LAB}", f"PY={work / '.venv' / 'bin' / 'python'}"]
+    cmd = ["make", "-C", str(work), "check", f"LAB={lab4.LAB}", f"PY={work / '.venv' / 'bin' / 'python'}"]
     unanswered = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1500)
     out = unanswered.stdout + unanswered.stderr
     assert "-m dpc_runtime.check" in out and unanswered.returncode != 0, out
-    assert "NotImplementedError" in out and "0 / 10 visible points" in out, out  # answers missing
+    assert "NotImplementedError" in out and "0 / 14 visible points" in out, out  # answers missing
 
-    notebook = work / "labs" / LAB / "input-pipeline.ipynb"
-    notebook.write_text(json.dumps(submission(notebook, CORRECT)))
+    notebook = work / "labs" / lab4.LAB / lab4.RELEASE.name
+    notebook.write_text(json.dumps(submission(notebook, lab4.CORRECT)))
     answered = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1500)
     assert answered.returncode == 0, answered.stdout + answered.stderr
-    assert "10 / 10 visible points" in answered.stdout, answered.stdout
+    assert "14 / 14 visible points" in answered.stdout, answered.stdout

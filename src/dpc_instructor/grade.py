@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpc_instructor import gradebook  # the course gradebook; runs nbgrader
+from dpc_instructor import gradebook, nbgrader_hooks  # the course gradebook (runs nbgrader); nbgrader's changes
 from dpc_runtime import manifest, notebook, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -411,6 +411,8 @@ def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
     lab = run.lab
     shutil.copytree(run.template, scratch)
     gradebook.nbgrader_course(scratch, lab, write_source=False)
+    with (scratch / "nbgrader_config.py").open("a") as f:
+        f.write(nbgrader_hooks.job_config())
     dest = scratch / "submitted" / st.id / lab
     dest.mkdir(parents=True)
     for name, data in st.notebooks.items():
