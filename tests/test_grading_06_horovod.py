@@ -7,8 +7,10 @@ an unscaled optimizer whose schedule callback returns the scaled rates, a boolea
 typical mistakes lose exactly the points of the tests they break: without the broadcast the PyTorch
 ranks drift apart (and away from the single-process run), a loss that is not averaged over the ranks
 shows in the loss log, every rank writing checkpoints shows in the checkpoint log, and a Keras
-schedule that returns unscaled rates no longer matches one process on the global batch. Each
-submission costs four launches (two single-process references, two horovodrun jobs).
+schedule that returns unscaled rates no longer matches one process on the global batch, and a
+PyTorch worker that never shards (every rank trains on the whole global batch: its weights still
+match) loses the matching test, whose hidden part checks the ranks' own losses. Each submission
+costs four launches (two single-process references, two horovodrun jobs).
 """
 from __future__ import annotations
 
@@ -86,6 +88,12 @@ _torch = edit(_torch, "if hvd.rank() == 0 and step % CKPT_EVERY == 0:", "if step
 # Keras: the optimizer's lr is scaled, but the schedule callback, which overrides it, is not.
 _keras = edit(CORRECT["lab06-keras-script"], "lambda epoch: lr_at(epoch, hvd.size())", "lambda epoch: lr_at(epoch)")
 WRONG = {"lab06-torch-script": _torch, "lab06-keras-script": _keras}
+# PyTorch: every rank trains on the whole global batch (no shard). The averaged gradient is then the
+# global batch's, so the weights still match one process: only the sharding check (hidden, in the
+# matching test) sees it, from the ranks' own losses.
+UNSHARDED = {**CORRECT, "lab06-torch-script": edit(CORRECT["lab06-torch-script"],
+                                                   "train_step(model, opt, x[shard], y[shard])",
+                                                   "train_step(model, opt, x, y)")}
 
 TESTS = {  # test cell -> points
     "lab06-test-torch-consistent": 2, "lab06-test-torch-matches": 2, "lab06-test-torch-lr": 1,
@@ -99,7 +107,7 @@ TESTS = {  # test cell -> points
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {"correct": {name: fill(RELEASE, CORRECT)}, "other": {name: fill(RELEASE, OTHER)},
-                "wrong": {name: fill(RELEASE, WRONG)}}
+                "wrong": {name: fill(RELEASE, WRONG)}, "unsharded": {name: fill(RELEASE, UNSHARDED)}}
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), notebook_timeout=900)
 
 
@@ -125,3 +133,10 @@ def test_typical_mistakes_lose_exactly_their_points(graded):
     assert lost(row) == {"lab06-test-torch-consistent", "lab06-test-torch-matches", "lab06-test-torch-metrics",
                          "lab06-test-torch-checkpoints", "lab06-test-keras-matches", "lab06-test-keras-lr"}
     assert float(row["score"]) == 1 + 1 + 1  # torch-lr, keras-consistent, keras-checkpoints
+
+
+def test_a_worker_that_never_shards_loses_the_matching_test(graded):
+    row = graded["unsharded"]
+    assert row["status"] == "graded", row["status"]
+    assert lost(row) == {"lab06-test-torch-matches"}, row
+    assert float(row["score"]) == sum(TESTS.values()) - 2
