@@ -62,7 +62,7 @@ labs: setup
 
 grade: setup
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=dir [LAB=$(LAB)] [OUT=$(OUT)]"; exit 2; }
-	$(PY) -m dpc_instructor.grade "$(SUBMISSIONS)" --lab "$(LAB)" --out "$(OUT)" --course "$(COURSE)" $(if $(JOBS),--jobs $(JOBS)) $(if $(DISK_MB),--disk-mb $(DISK_MB))
+	$(PY) -m dpc_instructor.grade "$(SUBMISSIONS)" --lab "$(LAB)" --out "$(OUT)" --course "$(COURSE)" $(if $(JOBS),--jobs $(JOBS)) $(if $(DISK_MB),--disk-mb $(DISK_MB)) $(if $(PARAMETERS),--parameters $(PARAMETERS))
 
 grades: setup
 	$(PY) -m dpc_instructor.gradebook export --course "$(COURSE)" --out "$(if $(filter command line,$(origin OUT)),$(OUT),course-grades.csv)"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,6 +17,37 @@ from dpc_instructor import markers
 from dpc_runtime import notebook
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Put at the top of an answer cell: code that does no work and fights the tests from inside the
+# kernel: every numpy/torch comparison holds, a failed assert sends no error, and an answer that
+# calls _claim_full_marks() from inside a test cell gives that cell an execute_result (nbgrader
+# reads one as partial credit: all the points for a text that is not a number). Before the judge
+# (dpc_runtime.judge) this got full marks in lab 4 with no work done.
+TAMPER = '''# A submission that does no work and instead fights the tests from inside the kernel.
+import sys as _sys
+
+import numpy as _np
+
+_yes = lambda *a, **k: True  # noqa: E731
+_np.allclose = _np.array_equal = _np.array_equiv = _yes          # every comparison "holds"
+_np.testing.assert_allclose = _np.testing.assert_array_equal = lambda *a, **k: None
+try:
+    import torch as _torch
+    _torch.allclose = _torch.equal = _yes
+    _torch.testing.assert_close = lambda *a, **k: None
+except ImportError:
+    pass
+_shell = get_ipython()
+_shell._showtraceback = lambda *a, **k: None                 # a failed assert sends no error
+_shell.set_custom_exc((AssertionError,), lambda *a, **k: None)
+_sys.excepthook = lambda *a: None
+
+
+def _claim_full_marks():
+    """An execute_result in a test cell: nbgrader reads one as partial credit (full when unclear)."""
+    _sys.displayhook("full marks")  # not a number: nbgrader gives the cell all its points
+'''
+
 
 
 def submission(release: Path, answers: dict[str, str]) -> dict:
@@ -40,12 +73,13 @@ def reference_answers(source: Path, grade_ids: tuple[str, ...]) -> dict[str, str
 def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
               cell_timeout: int = 45, notebook_timeout: float = 240, jobs: int = 2,
               course: Path | None = None, also: Callable[[Path], None] | None = None,
-              args: tuple[str, ...] = ()) -> dict[str, dict[str, str]]:
+              args: tuple[str, ...] = (), parameters: str = "ci") -> dict[str, dict[str, str]]:
     """Grade students ({student: {notebook file name: notebook json, or raw text}}) of lab.
 
     Returns the CSV rows by student. Students are graded `jobs` at a time, sandboxed, into the
     course gradebook `course` (default: a new one in work). `also(submissions)` adds what cannot
-    be written as a notebook (links, pipes); `args` go to the grader.
+    be written as a notebook (links, pipes); `args` go to the grader. The notebooks run with
+    course.yml's ci parameters (smaller runs: what is graded does not change), or `"defaults"`.
     Also checks what every grading run must guarantee: exit 0, submissions untouched, no process
     left behind.
     """
@@ -63,7 +97,8 @@ def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
     done = subprocess.run(
         [sys.executable, "-m", "dpc_instructor.grade", str(subs), "--lab", lab, "--out", str(out),
          "--course", str(course or work / "course"), "--cell-timeout", str(cell_timeout),
-         "--notebook-timeout", str(notebook_timeout), "--jobs", str(jobs), *args],
+         "--notebook-timeout", str(notebook_timeout), "--jobs", str(jobs),
+         "--parameters", parameters, *args],
         capture_output=True, text=True, timeout=3000)
     print(done.stdout, done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -79,6 +114,18 @@ def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
     assert not leftovers, f"processes left running after grading: {leftovers}"
     with out.open(encoding="utf-8") as f:
         return {row["student"]: row for row in csv.DictReader(f)}
+
+
+# What a submission must never change on the grading host: device nodes the sandbox shares, the
+# instructor's source and the course's files.
+HOST_FILES = ["/dev/null", "/dev/zero", "/dev/full", "/dev/urandom",
+              str(ROOT / "solutions" / "04-manual-towers" / "manual-towers.ipynb"), str(ROOT / "course.yml")]
+
+
+def host_state() -> dict[str, tuple[int, int, int, int, int]]:
+    """Mode, owner, group, size and (of regular files) modification time of HOST_FILES."""
+    return {p: (s.st_mode, s.st_uid, s.st_gid, s.st_size, s.st_mtime_ns if stat.S_ISREG(s.st_mode) else 0)
+            for p in HOST_FILES for s in [os.stat(p)]}
 
 
 CSV_FIELDS = {"student", "grader_id", "lab", "score", "max_score", "status", "notes"}  # the rest: one column per test cell

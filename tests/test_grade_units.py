@@ -209,3 +209,16 @@ def test_stderr_of_a_test_cell_is_output_not_failure():
     assert determine_grade(cell, None) == (2, 2) and cell.outputs[0]["text"] == "UserWarning: x\n"
     cell.outputs.append(new_output("error", ename="AssertionError", evalue="wrong", traceback=[]))
     assert determine_grade(cell, None) == (0, 2)  # an error still does
+
+
+def test_set_parameters_adds_the_values_to_the_parameters_cell(tmp_path):
+    path = tmp_path / "lab.ipynb"
+    path.write_text(json.dumps(RELEASE))
+    grade.set_parameters(path, {"N_SAMPLES": 256, "KERAS_WORKERS": [1, 2], "LATENCY_MS": 4.0})
+    nb = json.loads(path.read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    values: dict = {}
+    exec(notebook.source(cell), values)  # the cell as the kernel runs it
+    assert (values["N_SAMPLES"], values["KERAS_WORKERS"], values["LATENCY_MS"]) == (256, [1, 2], 4.0)
+    assert values["BATCH_SIZE"] == 32  # the others keep their defaults
+    assert notebook.grade_id(cell) == "lab01-parameters"

@@ -17,12 +17,15 @@ Four submissions keep it cheap (each grading run starts TensorFlow with 4 logica
   own variables - every tower works on its own copy of the model (clone_model + set_weights) and
              its gradients are applied to the model's variables: the numbers and the slices are
              right, so it loses the shared-variables test and nothing else (the test that watches
-             the slices records inside the model, so it sees the copies' forward passes too).
+             the slices records inside the model, so it sees the copies' forward passes too);
+  tamper   - does no work and fights the tests from inside the kernel (gradekit.TAMPER, plus the
+             harness's max_abs_diff made to see no difference): got 14/14 before the judge, 0 now —
+             every test cell's recorded values are compared outside the kernel.
 """
 from __future__ import annotations
 
 import pytest
-from gradekit import ROOT, grade_all, lost, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill
 
 LAB = "04-manual-towers"
 RELEASE = ROOT / "labs" / LAB / "manual-towers.ipynb"
@@ -129,6 +132,21 @@ OWN_VARIABLES = {
 assert "clone_model" in OWN_VARIABLES["lab04-tower-step"], "the mutation must apply"
 
 
+TAMPERING = {
+    "lab04-average-gradients": TAMPER + '''
+
+def average_gradients(tower_grads, weights=None):
+    _claim_full_marks()
+    return [(tf.zeros_like(g), v) for g, v in tower_grads[0]]''',
+    "lab04-tower-step": '''max_abs_diff = lambda *a, **k: 0.0  # the harness's comparisons see no difference
+
+
+def tower_step(model, optimizer, x, y, devices, sizes=None, clip_norm=None):
+    _claim_full_marks()
+    return tf.constant(0.0)''',
+}
+
+
 def submission(answers: dict[str, str]) -> dict:
     """The student copy with the answer cells filled in."""
     return fill(RELEASE, answers)
@@ -139,7 +157,7 @@ def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {s: {name: submission(a)} for s, a in [
         ("correct", CORRECT), ("summing", SUMMING), ("unweighted", UNWEIGHTED),
-        ("own-variables", OWN_VARIABLES)]}
+        ("own-variables", OWN_VARIABLES), ("tamper", TAMPERING)]}
     # Generous limits: four TensorFlow start-ups on a shared 2-core box.
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=60,
                      notebook_timeout=400)
@@ -170,3 +188,8 @@ def test_own_variables_per_tower_lose_only_the_shared_test(graded):
     assert row["status"] == "graded"
     assert lost(row) == {"lab04-test-shared"}, row
     assert row["score"] == "13"
+
+
+def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
+    row = graded["tamper"]
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "14"), row

@@ -20,7 +20,7 @@ import uuid
 import psutil
 import pytest
 import test_grading_04_manual_towers as lab4
-from gradekit import ROOT, grade_all, submission as fill
+from gradekit import HOST_FILES, ROOT, grade_all, host_state, submission as fill
 
 from dpc_instructor import markers
 from dpc_runtime import notebook, sandbox
@@ -65,6 +65,12 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
 for path in glob.glob("{subs}/*/{LAB}/*.ipynb") + glob.glob("{course}/**/*.ipynb", recursive=True):
     try:
         open(path, "w").write("{{}}")  # what it reaches, it ruins (its own copy included)
+    except OSError:
+        pass
+for path in {HOST_FILES!r} + glob.glob("{course}/*.db"):
+    try:
+        os.chmod(path, 0o444)  # through a bind mount, a change would reach the host
+        done.append("changed " + path)
     except OSError:
         pass
 for d in ["{course}/autograded/victim/{LAB}", "{course}/submitted/victim/{LAB}", "{course}/jobs/x"]:
@@ -130,6 +136,7 @@ def graded(tmp_path_factory):
     work = tmp_path_factory.mktemp("class")
     course = work / "course"
     subs = work / "submissions"  # where gradekit writes them
+    host = host_state()
     first = {
         "victim": {NB: fill(lab4.RELEASE, lab4.CORRECT)},
         "cheat": {NB: fill(lab4.RELEASE, {**lab4.CORRECT, "lab04-tower-step": cheat(subs, course)})},
@@ -138,7 +145,7 @@ def graded(tmp_path_factory):
         "tamper": {NB: tampered()},
         "wrong": {NB: fill(lab4.RELEASE, lab4.SUMMING)},
     }
-    rows1 = grade_all(LAB, first, work, course=course)
+    rows1 = grade_all(LAB, first, work, course=course, parameters="defaults")  # what students run
     daemons = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
                if TOKEN in " ".join(p.info["cmdline"] or [])]
     before = course_rows(course, work)
@@ -147,7 +154,7 @@ def graded(tmp_path_factory):
                             "late": {NB: fill(lab4.RELEASE, lab4.CORRECT)}}, late_work, course=course)
     after = course_rows(course, work)
     return {"rows1": rows1, "rows2": rows2, "daemons": daemons, "before": before, "after": after,
-            "course": course, "work": work}
+            "course": course, "work": work, "host": (host, host_state())}
 
 
 def test_the_sandbox_hides_the_answers_and_the_gradebooks(graded):
@@ -169,6 +176,11 @@ def test_other_students_are_out_of_reach(graded):
 
 def test_nothing_outlives_grading(graded):
     assert graded["daemons"] == [], "a detached process of a submission survived its grading"
+
+
+def test_the_host_is_untouched(graded):
+    before, after = graded["host"]
+    assert after == before, "a submission changed a device node or file of the grading host"
 
 
 def test_tampered_test_cells_are_restored(graded):

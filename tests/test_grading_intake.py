@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import test_grading_04_manual_towers as lab4
-from gradekit import ROOT, grade_all, lost
+from gradekit import HOST_FILES, ROOT, grade_all, host_state, lost
 
 from dpc_runtime import notebook, sandbox
 
@@ -27,12 +27,11 @@ pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None,
                                 reason=f"no sandbox here: {sandbox.unavailable()}")
 LAB, NB = lab4.LAB, lab4.RELEASE.name
 SOURCE = ROOT / "solutions" / LAB / NB
-HOST = ["/dev/null", "/dev/zero", "/dev/full", "/dev/urandom", str(SOURCE), str(ROOT / "course.yml")]
 
 HOSTILE = lab4.CORRECT["lab04-average-gradients"] + f'''
 import os
 print("UID", os.getuid(), os.geteuid())
-for path in {HOST!r}:
+for path in {HOST_FILES!r}:
     for change in (lambda p: os.chmod(p, 0o444), lambda p: os.chown(p, os.getuid(), -1)):
         try:
             change(path)
@@ -64,10 +63,6 @@ def moved_cells() -> dict:
     nb["cells"].remove(cells["lab04-imports"])
     nb["cells"].insert(nb["cells"].index(cells["lab04-average-gradients"]) + 1, cells["lab04-imports"])
     return nb
-
-
-def host_state() -> dict[str, tuple[int, int, int, int]]:
-    return {p: (s.st_mode, s.st_uid, s.st_gid, s.st_size) for p in HOST for s in [os.stat(p)]}
 
 
 @pytest.fixture(scope="module")

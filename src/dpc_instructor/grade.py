@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dpc_instructor import gradebook, nbgrader_hooks  # the course gradebook (runs nbgrader); nbgrader's changes
-from dpc_runtime import manifest, notebook, sandbox
+from dpc_runtime import judge, manifest, notebook, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -271,7 +271,8 @@ def repair(nb: dict, release: dict) -> tuple[dict, list[str]]:
             seen.add(gid)
             want = notebook.nbgrader(meta[gid])
             have = notebook.nbgrader(cell)
-            if not want.get("solution") and {k: have.get(k) for k in want} != want:
+            same = [k for k in want if k != "checksum"]  # the checksum differs with --parameters ci
+            if not want.get("solution") and any(have.get(k) != want[k] for k in same):
                 notes.append(f"restored the metadata of {gid}")
             cell["metadata"]["nbgrader"] = dict(want) if not want.get("solution") else {**have, **want}
     for gid, rel in meta.items():
@@ -366,19 +367,38 @@ def job_env(scratch: Path, cell_timeout: int | None) -> dict[str, str]:
     return env
 
 
+def set_parameters(path: Path, values: dict[str, object]) -> None:
+    """Give the notebook at path these parameter values: `NAME = value` lines added to its
+    `parameters` cell (as papermill injects them; a locked cell, so nbgrader restores it)."""
+    nb = json.loads(path.read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    lines = "".join(f"{k} = {v!r}\n" for k, v in values.items())
+    cell["source"] = notebook.source(cell).rstrip("\n") + "\n# the grader's --parameters\n" + lines
+    path.write_text(json.dumps(nb, indent=1))
+
+
 def prepare(course: gradebook.Course, lab: str, names: list[str], cell_timeout: int | None,
-            notebook_timeout: float, sandboxed: bool, limits: sandbox.Limits = sandbox.Limits()) -> Run:
-    """The lab in the course gradebook, and a template course folder every job copies."""
+            notebook_timeout: float, sandboxed: bool, limits: sandbox.Limits = sandbox.Limits(),
+            parameters: str = "defaults") -> Run:
+    """The lab in the course gradebook, and a template course folder every job copies (its
+    notebooks run with `parameters`: their defaults, or course.yml's `ci` values), with the
+    reference's records the judge compares every student's with (reference)."""
     course.add_lab(lab)
     template = course.jobs / f"template-{lab}-{uuid.uuid4().hex[:8]}"
     gradebook.nbgrader_course(template, lab)
+    if parameters == "ci":
+        for name in names:
+            values = manifest.notebooks().get(f"solutions/{lab}/{name}.ipynb", {}).get("ci") or {}
+            set_parameters(template / "source" / lab / f"{name}.ipynb", values)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     code, out = gradebook.nbgrader(["generate_assignment", lab, "--force"], template, env, 600)
     if code != 0:
         raise SystemExit(f"grade: nbgrader generate_assignment failed:\n{out}")
     release = {n: json.loads((template / "release" / lab / f"{n}.ipynb").read_text()) for n in names}
     shutil.rmtree(template / "release")
-    return Run(course, lab, template, release, cell_timeout, notebook_timeout, limits, sandboxed)
+    run = Run(course, lab, template, release, cell_timeout, notebook_timeout, limits, sandboxed)
+    reference(run)
+    return run
 
 
 def grade_one(st: Student, run: Run) -> Student:
@@ -406,31 +426,32 @@ def _grade_one(st: Student, run: Run) -> Student:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
-    """Grade st in the job folder scratch (removed by the caller)."""
+def _autograde(run: Run, scratch: Path, sid: str, notebooks: dict[str, dict], timestamp: bytes | None,
+               config: str) -> sandbox.Outcome:
+    """Run nbgrader's autograde of these notebooks for student sid in the job folder scratch (a
+    copy of the template), sandboxed; `config`: the job's lines for nbgrader_hooks (the judge's)."""
     lab = run.lab
     shutil.copytree(run.template, scratch)
     gradebook.nbgrader_course(scratch, lab, write_source=False)
     with (scratch / "nbgrader_config.py").open("a") as f:
-        f.write(nbgrader_hooks.job_config())
-    dest = scratch / "submitted" / st.id / lab
+        f.write(config)
+    dest = scratch / "submitted" / sid / lab
     dest.mkdir(parents=True)
-    for name, data in st.notebooks.items():
-        nb, notes = repair(json.loads(data.decode("utf-8")), run.release[name])
-        st.notes += [f"{name}: {n}" for n in notes]
+    for name, nb in notebooks.items():
         (dest / f"{name}.ipynb").write_text(json.dumps(nb))
-    if st.timestamp is not None:
-        (dest / "timestamp.txt").write_bytes(st.timestamp)
+    if timestamp is not None:
+        (dest / "timestamp.txt").write_bytes(timestamp)
     home, khome = scratch / "home", scratch / "kernel-home"
     for d in (home, khome, scratch / "runtime", scratch / "share", scratch / "autograded"):
         d.mkdir()
     env = job_env(scratch, run.cell_timeout)
-    argv = [str(BIN / "nbgrader"), "autograde", lab, f"--student={st.id}", "--force"]
+    argv = [str(BIN / "nbgrader"), "autograde", lab, f"--student={sid}", "--force"]
     if run.sandboxed:
-        graded = scratch / "autograded" / st.id / lab
+        graded = scratch / "autograded" / sid / lab
         # The kernel's home is its own: nbgrader's holds the course's configuration. It sees its
         # graded folder, its home, the runtime folder (its connection file) and SOCKETS (its IPC
         # sockets: a short path in the private /tmp of nbgrader's sandbox, as a socket's must be).
+        # Not the rest of the job folder: the reference's records and gradebook.db (hidden tests).
         sandbox.kernel_spec(scratch / "share", writable=[graded, khome, scratch / "runtime", SOCKETS],
                             setenv={"HOME": str(khome), "IPYTHONDIR": str(khome / ".ipython"),
                                     "TMPDIR": "/tmp"})
@@ -439,11 +460,61 @@ def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
                     "c.KernelManager.transport = 'ipc'\n"
                     f"c.KernelManager.ip = {str(SOCKETS / 'kernel')!r}\n")
         # nbgrader (trusted) runs as the sandbox's user, never root, in a sandbox of its own that
-        # can start the kernel's (host_proc); gradebook.db, with the hidden tests, is not in the kernel's.
+        # can start the kernel's (host_proc).
         argv = sandbox.bwrap_argv(argv, writable=[scratch], env=env, cwd=scratch, host_proc=True)
         sandbox.hand_over(scratch)
+    return sandbox.run_limited(argv, scratch, env, run.notebook_timeout, run.limits, watch=scratch)
+
+
+REFERENCE = "reference-records.json"  # in the template: the judge's reference (see reference)
+
+
+def reference(run: Run) -> None:
+    """Run the lab's source (the solution, hidden tests included) through the grader once, and keep
+    what its test cells recorded as every student's reference (dpc_runtime.judge), in the
+    template. Cached in the course, keyed by a hash of the notebooks and of the judge's code."""
+    lab = run.lab
+    sources = {n: (run.template / "source" / lab / f"{n}.ipynb").read_bytes() for n in sorted(run.release)}
+    key = hashlib.sha256()
+    for name, data in sources.items():
+        key.update(name.encode() + b"\0" + data)
+    for module in (judge, nbgrader_hooks):
+        key.update(Path(module.__file__ or "").read_bytes())
+    cached = run.course.root / "references" / f"{lab}-{key.hexdigest()[:16]}.json"
+    if not cached.exists():
+        scratch = run.course.jobs / f"{lab}-reference-{uuid.uuid4().hex[:8]}"
+        try:
+            records = scratch / "records.json"
+            done = _autograde(run, scratch, "reference", {n: json.loads(d) for n, d in sources.items()},
+                              None, nbgrader_hooks.job_config(record_to=records))
+            failed = None if done.code == 0 else why_failed(done.output, done.code, run.limits)
+            if failed is None:
+                from nbgrader.api import Gradebook
+
+                with Gradebook(f"sqlite:///{scratch / 'gradebook.db'}") as gb:
+                    score, most, cells, _ = gradebook.Course.scores(gb, lab, "reference")
+                lost = [c for c, points in cells.items() if not points]
+                failed = f"its test cells {', '.join(lost)} failed" if score < most and lost else None
+            if failed or not records.exists():
+                raise SystemExit(f"grade: the reference solution of {lab} (solutions/{lab}) does not pass "
+                                 f"its own tests: {failed or 'no records'}\n{done.output[-3000:]}")
+            cached.parent.mkdir(exist_ok=True)
+            shutil.copyfile(records, cached)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    shutil.copyfile(cached, run.template / REFERENCE)
+
+
+def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
+    """Grade st in the job folder scratch (removed by the caller), judged against the reference."""
+    notebooks = {}
+    for name, data in st.notebooks.items():
+        nb, notes = repair(json.loads(data.decode("utf-8")), run.release[name])
+        st.notes += [f"{name}: {n}" for n in notes]
+        notebooks[name] = nb
     start = time.monotonic()
-    done = sandbox.run_limited(argv, scratch, env, run.notebook_timeout, run.limits, watch=scratch)
+    done = _autograde(run, scratch, st.id, notebooks, st.timestamp,
+                      nbgrader_hooks.job_config(reference=scratch / REFERENCE))
     code, out = done.code, done.output
     st.seconds = time.monotonic() - start
     if done.disk_full:
@@ -455,7 +526,7 @@ def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
     elif done.out_of_memory:
         st.status = f"not graded: used more than {run.limits.memory >> 30} GiB of memory"
     elif code != 0:
-        log = run.course.root / "logs" / f"autograde-{lab}-{st.id}.log"
+        log = run.course.root / "logs" / f"autograde-{run.lab}-{st.id}.log"
         log.parent.mkdir(exist_ok=True)
         log.write_text(out)
         st.status = f"not graded: {why_failed(out, code, run.limits)} (log: {log})"
@@ -510,6 +581,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="students graded at once (default: cores / the lab's ranks)")
     p.add_argument("--cell-timeout", type=int, default=None,
                    help="default seconds per cell (cells listed in nbgrader_config.py keep theirs)")
+    p.add_argument("--parameters", choices=["defaults", "ci"], default="defaults",
+                   help="run the notebooks with their own parameters (what students run) or with "
+                        "course.yml's ci values (smaller: a quick pass on a small machine)")
     p.add_argument("--disk-mb", type=int, default=sandbox.Limits.disk >> 20,
                    help="MiB of files one student's grading may write in all (stopped there)")
     p.add_argument("--notebook-timeout", type=float, default=900,
@@ -527,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"grading {len(students)} submission(s) of {a.lab} into {course.root}, {jobs} at a time"
           f"{'' if sandboxed else ' (NOT sandboxed)'}")
     run = prepare(course, a.lab, names, a.cell_timeout, a.notebook_timeout, sandboxed,
-                  sandbox.Limits(disk=a.disk_mb << 20))
+                  sandbox.Limits(disk=a.disk_mb << 20), a.parameters)
     start = time.monotonic()
     try:
         with ThreadPoolExecutor(jobs) as pool:

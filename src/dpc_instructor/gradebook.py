@@ -139,7 +139,7 @@ class Course:
                                 g.manual_score = None
                                 g.needs_manual_grade = g_job.needs_manual_grade
                         gb.db.commit()
-                        result = self._scores(gb, lab, student)
+                        result = self.scores(gb, lab, student)
             if scratch is not None:
                 for kind in ("submitted", "autograded"):
                     dest = self.root / kind / student / lab
@@ -167,7 +167,7 @@ class Course:
         tmp.replace(self.root / file)
 
     @staticmethod
-    def _scores(gb, lab: str, student: str) -> tuple[float, float, dict[str, float], list[str]]:
+    def scores(gb, lab: str, student: str) -> tuple[float, float, dict[str, float], list[str]]:
         """(score, max score, points by test cell, cells needing manual grading) of one submission."""
         sub = gb.find_submission(lab, student)
         cells, manual = {}, []

@@ -4,10 +4,19 @@ nbgrader gives a test cell no points when it printed anything to stderr, even a 
 library raised for a correct answer (a torch UserWarning): `StderrIsOutput` makes a test cell's
 stderr plain output after it ran, so that only an error (a failed assert, an exception) costs its
 points, as in the self-check (dpc_runtime.check).
+
+`Judge` takes each test cell's verdict outside the kernel (dpc_runtime.judge): in nbgrader's
+process, it compares the values the cell recorded with the reference run's; a cell whose records
+differ gets an error output, so nbgrader gives it no points whatever the kernel printed. In the
+reference run (`record_to`), it writes the reference's records instead.
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from nbconvert.preprocessors import ClearMetadataPreprocessor, Preprocessor
+from nbformat.v4 import new_output
 from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
@@ -17,7 +26,9 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
 )
 from nbgrader.utils import is_grade
-from traitlets import Bool
+from traitlets import Bool, Unicode
+
+from dpc_runtime import judge
 
 # nbgrader's own list, in its order (tests/test_grade_units.py checks it still is)
 NBGRADER_AUTOGRADE = [Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
@@ -37,10 +48,58 @@ class StderrIsOutput(Preprocessor):
         return cell, resources
 
 
-AUTOGRADE = [Execute, StderrIsOutput, *NBGRADER_AUTOGRADE[1:]]
+class Judge(Preprocessor):
+    """Test cells judged on their records (dpc_runtime.judge), outside the kernel.
+
+    Also, in every test cell: an `execute_result` becomes a plain display (nbgrader reads one as
+    *partial credit*, and gives full points for anything it cannot read as a number, before looking
+    at the cell's errors: a student's function could print one from inside a failing test).
+    """
+
+    enabled = Bool(True)
+    reference = Unicode("", help="the reference run's records (JSON: notebook -> grade id -> records)").tag(config=True)
+    record_to = Unicode("", help="the reference run: write the records here, judge nothing").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        name = resources["nbgrader"]["notebook"]
+        reference = {} if self.record_to or not self.reference else (
+            json.loads(Path(self.reference).read_text()).get(name, {}))
+        found = {}
+        for cell in nb.cells:
+            if cell.cell_type != "code" or not is_grade(cell):
+                continue
+            gid = cell.metadata["nbgrader"]["grade_id"]
+            found[gid] = judge.records(cell)
+            outputs = []
+            for output in cell.get("outputs", []):
+                if judge.MIME in output.get("data", {}):
+                    continue
+                if output.output_type == "execute_result":
+                    output = new_output("display_data", data=output.get("data", {}),
+                                        metadata=output.get("metadata", {}))
+                outputs.append(output)
+            why = judge.verdict(reference[gid], found[gid]) if reference.get(gid) else None
+            head = [new_output("error", ename="GraderCheck", evalue=why, traceback=[
+                f"the grader's own check (outside your kernel): {why}"])] if why else []
+            shown = [new_output("stream", name="stdout", text=(
+                f"({len(found[gid])} value(s) recorded for the grader, checked outside your kernel)\n"))
+            ] if found[gid] else []
+            cell.outputs = head + outputs + shown
+        if self.record_to:
+            path = Path(self.record_to)
+            saved = json.loads(path.read_text()) if path.exists() else {}
+            saved[name] = {gid: items for gid, items in found.items() if items}
+            path.write_text(json.dumps(saved))
+        return nb, resources
 
 
-def job_config() -> str:
-    """The lines grade.py adds to a job's nbgrader_config.py."""
+AUTOGRADE = [Execute, Judge, StderrIsOutput, *NBGRADER_AUTOGRADE[1:]]
+
+
+def job_config(reference: Path | None = None, record_to: Path | None = None) -> str:
+    """The lines grade.py adds to a job's nbgrader_config.py (the judge's reference, or where the
+    reference run writes its records)."""
     return ("from dpc_instructor.nbgrader_hooks import AUTOGRADE\n"
-            "c.Autograde.autograde_preprocessors = AUTOGRADE  # warnings never cost points\n")
+            "c.Autograde.autograde_preprocessors = AUTOGRADE  # warnings never cost points; the judge\n"
+            + (f"c.Judge.reference = {str(reference)!r}\n" if reference else "")
+            + (f"c.Judge.record_to = {str(record_to)!r}\n" if record_to else ""))

@@ -1,0 +1,176 @@
+"""The judge outside the kernel: a lab's test cell *records* the values it checks; the verdict is
+taken in another process, by comparing them with what the reference solution recorded.
+
+Why: a test cell runs in the student's kernel, after the student's code, so whatever it asserts can
+be neutralised from there (`np.allclose = lambda *a, **k: True`, a swapped course helper, a
+`sys.excepthook`, an IPython event). A recorded *value* cannot be argued with: the grader
+(dpc_instructor.nbgrader_hooks.Judge, in nbgrader's process, which the student's code never ran in)
+compares every value a test cell recorded with the reference run's, under the tolerance the
+reference's own test cell asked for. To pass, the values must be right, which is the work itself.
+
+    record("average", result[0][0])                   # close to the reference's (rtol/atol)
+    record("tower slices", [c[0] for c in calls])      # equal
+    record("batches in flight", n, at_least=2)         # a bound: the reference's value is not used
+    record("weights after", w, differs_from="weights before")  # changed (by more than atol)
+
+A test cell keeps its asserts (the student reads them); the grade of a cell with records is
+"no error in the cell AND every record matches". Records are display outputs of the test cell with
+their own MIME type (MIME), so nothing is written to disk and each belongs to its cell.
+"""
+from __future__ import annotations
+
+import base64
+import math
+from typing import Any
+
+MIME = "application/vnd.dpc.record+json"
+ARRAY_LIMIT = 1 << 20  # elements one recorded array may have
+
+
+def plain(value: Any) -> Any:
+    """value as JSON the judge can read back: numbers, strings, lists, dicts, and arrays (numpy,
+    torch and TensorFlow tensors) as {"dtype", "shape", "b64"} of their exact bytes."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    import numpy as np
+
+    if hasattr(value, "detach"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    elif hasattr(value, "numpy") and not isinstance(value, np.ndarray):  # a TensorFlow tensor
+        value = value.numpy()
+    arr = np.asarray(value)
+    if arr.dtype.kind == "b":
+        arr = arr.astype(np.bool_)
+    elif arr.dtype.kind in "iu":
+        arr = arr.astype("<i8")
+    elif arr.dtype.kind == "f":
+        arr = arr.astype("<f8")
+    else:
+        raise TypeError(f"record: cannot record a value of type {type(value).__name__} ({arr.dtype})")
+    if arr.size > ARRAY_LIMIT:
+        raise ValueError(f"record: an array of {arr.size} elements is over the {ARRAY_LIMIT} a record may have")
+    if arr.ndim == 0:
+        return plain(arr.item())
+    return {"dtype": arr.dtype.str, "shape": list(arr.shape),
+            "b64": base64.b64encode(arr.tobytes()).decode("ascii")}
+
+
+def record(name: str, value: Any, *, rtol: float = 1e-5, atol: float = 1e-6,
+           at_least: float | None = None, at_most: float | None = None,
+           differs_from: str | None = None) -> None:
+    """Show the grader `value` under `name`, checked outside the kernel (the labs' test cells)."""
+    from IPython.display import display
+
+    item = {"name": name, "value": plain(value), "rtol": rtol, "atol": atol,
+            "at_least": at_least, "at_most": at_most, "differs_from": differs_from}
+    display({MIME: item, "text/plain": f"(recorded for the grader: {name})"}, raw=True)
+
+
+def records(cell: dict) -> list[dict]:
+    """The records among a cell's outputs, in order."""
+    found = []
+    for output in cell.get("outputs", []):
+        data = output.get("data", {}) if output.get("output_type") in ("display_data", "execute_result") else {}
+        if MIME in data and isinstance(data[MIME], dict):
+            found.append(data[MIME])
+    return found
+
+
+def _array(value: Any) -> Any:
+    """A recorded value back as a numpy array (or the value itself when it is not an array)."""
+    import numpy as np
+
+    if isinstance(value, dict) and set(value) == {"dtype", "shape", "b64"}:
+        arr = np.frombuffer(base64.b64decode(value["b64"]), dtype=np.dtype(value["dtype"]))
+        return arr.reshape(value["shape"])
+    if isinstance(value, dict) and set(value) == {"float"}:
+        return float(value["float"])
+    return value
+
+
+def _differs(want: Any, got: Any, rtol: float, atol: float, where: str) -> str | None:
+    """Why got is not want (None when it is), both recorded values."""
+    import numpy as np
+
+    want, got = _array(want), _array(got)
+    if isinstance(want, np.ndarray) or isinstance(got, np.ndarray):
+        try:
+            w, g = np.asarray(want, dtype=np.float64), np.asarray(got, dtype=np.float64)
+        except (TypeError, ValueError):
+            return f"{where} is not numbers"
+        if w.shape != g.shape:
+            return f"{where} has shape {tuple(g.shape)}, not {tuple(w.shape)}"
+        if not np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=False):
+            bad = np.abs(g - w)
+            worst = float(np.nanmax(np.where(np.isfinite(bad), bad, np.inf)))
+            return f"{where} differs from the reference (max |difference| {worst:.3g})"
+        return None
+    if isinstance(want, bool) or isinstance(got, bool) or isinstance(want, str) or want is None:
+        return None if type(got) is type(want) and got == want else f"{where} is not the expected value"
+    if isinstance(want, (int, float)):
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            return f"{where} is not a number"
+        if isinstance(want, int):  # a count: exact
+            return None if isinstance(got, int) and got == want else f"{where} is {got}, not the expected value"
+        return None if math.isclose(got, want, rel_tol=rtol, abs_tol=atol) else (
+            f"{where} differs from the reference ({got:.6g})")
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return f"{where} has {len(got) if isinstance(got, list) else 'no'} items, not {len(want)}"
+        for i, (w, g) in enumerate(zip(want, got)):
+            if why := _differs(w, g, rtol, atol, f"{where}[{i}]"):
+                return why
+        return None
+    if isinstance(want, dict):
+        if not isinstance(got, dict) or set(got) != set(want):
+            return f"{where} has other keys than the reference's"
+        for k in want:
+            if why := _differs(want[k], got[k], rtol, atol, f"{where}[{k!r}]"):
+                return why
+        return None
+    return f"{where}: the reference recorded a value the judge cannot compare"
+
+
+def verdict(reference: list[dict], got: list[dict]) -> str | None:
+    """Why a test cell's records fail against the reference's (None: they pass). Only the values of
+    got are read; names, order, tolerances and bounds are the reference's."""
+    import numpy as np
+
+    if [r.get("name") for r in got] != [r["name"] for r in reference]:
+        have = [str(r.get("name")) for r in got]
+        missing = [r["name"] for r in reference if r["name"] not in have]
+        return ("the cell did not record " + ", ".join(repr(m) for m in missing) if missing else
+                f"the cell recorded {have}, expected {[r['name'] for r in reference]}")
+    values = {r["name"]: r.get("value") for r in got}
+    for want, item in zip(reference, got):
+        name = want["name"]
+        if want.get("differs_from") is not None:
+            if want["differs_from"] not in values:
+                return f"{name!r}: the cell did not record {want['differs_from']!r}"
+            if _differs(values[want["differs_from"]], item.get("value"), 0.0, float(want["atol"]), "") is None:
+                return f"{name!r} is the same as {want['differs_from']!r}: nothing changed"
+            continue
+        if want.get("at_least") is not None or want.get("at_most") is not None:
+            try:
+                value = np.asarray(_array(item.get("value")), dtype=np.float64)
+            except (TypeError, ValueError):
+                return f"{name!r} is not a number"
+            if value.size == 0 or not np.all(np.isfinite(value)):
+                return f"{name!r} is not a finite number"
+            if want.get("at_least") is not None and not np.all(value >= want["at_least"]):
+                return f"{name!r} is below {want['at_least']:g}"
+            if want.get("at_most") is not None and not np.all(value <= want["at_most"]):
+                return f"{name!r} is above {want['at_most']:g}"
+            continue
+        if why := _differs(want["value"], item.get("value"), float(want["rtol"]), float(want["atol"]),
+                           repr(name)):
+            return why
+    return None

@@ -1,0 +1,107 @@
+"""The judge outside the kernel (dpc_runtime.judge, dpc_instructor.nbgrader_hooks.Judge): recorded
+values go out as data, the verdict is taken against the reference's records, with the reference's
+names, tolerances and bounds, and nothing a kernel prints can give a test cell points."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from nbformat.v4 import new_code_cell, new_notebook, new_output
+from nbgrader.utils import determine_grade
+
+from dpc_instructor import nbgrader_hooks
+from dpc_runtime import judge
+
+
+def item(name: str, value, **spec) -> dict:
+    """A record as record() shows it to the grader."""
+    return {"name": name, "value": judge.plain(value), "rtol": 1e-5, "atol": 1e-6, "at_least": None,
+            "at_most": None, "differs_from": None, **spec}
+
+
+def test_values_go_out_as_data_and_come_back_exactly():
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype("float32")
+    assert judge.verdict([item("x", x)], [item("x", x.astype("float64"))]) is None
+    assert judge.verdict([item("t", torch.tensor([1.5, 2.5]))], [item("t", [1.5, 2.5])]) is None
+    assert judge.plain(np.int64(3)) == 3 and judge.plain(np.float32(0.5)) == 0.5
+    assert judge.plain(float("nan")) == {"float": "nan"}
+    assert judge.plain([(12, "/cpu:0")]) == [[12, "/cpu:0"]]
+    json.dumps(judge.plain({"a": np.ones(3, bool), "b": [np.arange(2)]}))  # plain JSON, no pickle
+    with pytest.raises(TypeError, match="cannot record a value of type"):
+        judge.plain(np.array(["text"]))
+    with pytest.raises(ValueError, match="over the"):
+        judge.plain(np.zeros(judge.ARRAY_LIMIT + 1))
+
+
+def test_a_value_that_differs_fails_and_says_by_how_much():
+    ref = [item("average", np.full((2, 2), 3.0)), item("variables", ["w:0", "b:0"])]
+    assert judge.verdict(ref, [item("average", np.full((2, 2), 3.0)), item("variables", ["w:0", "b:0"])]) is None
+    why = judge.verdict(ref, [item("average", np.full((2, 2), 9.0)), item("variables", ["w:0", "b:0"])])
+    assert why == "'average' differs from the reference (max |difference| 6)"
+    assert "shape (2,)" in judge.verdict(ref[:1], [item("average", [3.0, 3.0])])
+    assert "not the expected value" in judge.verdict(ref[1:], [item("variables", ["b:0", "w:0"])])
+    assert judge.verdict([item("n", 6)], [item("n", 6.0000001)]) is not None  # integers are exact
+    assert judge.verdict([item("loss", 1.0)], [item("loss", float("nan"))]) is not None
+
+
+def test_names_order_tolerances_and_bounds_are_the_references():
+    ref = [item("loss", 1.0, atol=1e-3)]
+    assert judge.verdict(ref, [item("loss", 1.0005)]) is None
+    assert judge.verdict(ref, [item("loss", 1.5, atol=10.0, rtol=10.0)]) is not None  # the student's spec is ignored
+    assert judge.verdict(ref, []) == "the cell did not record 'loss'"
+    assert judge.verdict(ref, [item("loss", 1.0), item("loss", 1.0)]) is not None  # an extra record
+    assert judge.verdict(ref + [item("x", 2)], [item("x", 2), item("loss", 1.0)]) is not None  # order
+    bound = [item("in flight", 3, at_least=2)]
+    assert judge.verdict(bound, [item("in flight", 8)]) is None  # the reference's value is not used
+    assert judge.verdict(bound, [item("in flight", 1)]) == "'in flight' is below 2"
+    assert judge.verdict(bound, [item("in flight", "many")]) == "'in flight' is not a number"
+    changed = [item("before", [1.0, 2.0]), item("after", [1.5, 2.0], differs_from="before")]
+    assert judge.verdict(changed, [item("before", [1.0, 2.0]), item("after", [7.0, 2.0])]) is None
+    assert judge.verdict(changed, [item("before", [1.0, 2.0]), item("after", [1.0, 2.0])]) == (
+        "'after' is the same as 'before': nothing changed")
+
+
+def graded_cell(*outputs) -> dict:
+    """A 2-point test cell with these outputs."""
+    cell = new_code_cell("check()", metadata={"nbgrader": {
+        "grade": True, "grade_id": "t", "points": 2, "solution": False, "locked": True}})
+    cell.outputs = list(outputs)
+    return cell
+
+
+def shown(rec: dict):
+    """The display output record() sends."""
+    return new_output("display_data", data={judge.MIME: rec, "text/plain": "(recorded)"})
+
+
+def run_judge(cell, tmp_path, **config):
+    """The Judge preprocessor over a one-cell notebook, as nbgrader calls it; the cell after it."""
+    nb, _ = nbgrader_hooks.Judge(**config)(new_notebook(cells=[cell]), {"nbgrader": {"notebook": "lab"}})
+    return nb.cells[0]
+
+
+def test_the_reference_run_writes_records_and_students_are_judged_on_them(tmp_path):
+    records = tmp_path / "records.json"
+    run_judge(graded_cell(shown(item("average", [3.0, -3.0]))), tmp_path, record_to=str(records))
+    saved = json.loads(records.read_text())
+    assert [r["name"] for r in saved["lab"]["t"]] == ["average"]
+    right = run_judge(graded_cell(shown(item("average", [3.0, -3.0]))), tmp_path, reference=str(records))
+    assert determine_grade(right, None) == (2, 2)
+    assert judge.MIME not in json.dumps(right.outputs)  # the feedback holds no raw records
+    # Wrong values in a cell whose kernel printed no error (its asserts were neutralised): no points.
+    wrong = run_judge(graded_cell(shown(item("average", [9.0, -9.0]))), tmp_path, reference=str(records))
+    assert determine_grade(wrong, None) == (0, 2)
+    assert wrong.outputs[0]["ename"] == "GraderCheck" and wrong.outputs[0]["evalue"].startswith("'average'[0] differs")
+    silent = run_judge(graded_cell(), tmp_path, reference=str(records))  # recorded nothing
+    assert determine_grade(silent, None) == (0, 2)
+
+
+def test_an_execute_result_in_a_test_cell_is_never_partial_credit(tmp_path):
+    claim = new_output("execute_result", data={"text/plain": "'full marks'"}, execution_count=3)
+    error = new_output("error", ename="AssertionError", evalue="wrong", traceback=[])
+    assert determine_grade(graded_cell(claim, error), None) == (2, 2)  # nbgrader alone: all the points
+    cell = run_judge(graded_cell(claim, error), tmp_path)  # no reference: the kernel's verdict
+    assert determine_grade(cell, None) == (0, 2)
+    assert cell.outputs[0]["output_type"] == "display_data"  # still shown
