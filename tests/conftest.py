@@ -1,7 +1,15 @@
 """Order of the suite's files: the long ones first, so that the two workers of `make test`
 (pytest-xdist, --dist loadfile, which hands out files in collection order) end together instead
-of one grading a lab alone at the end. Within a file, the order is the file's own."""
+of one grading a lab alone at the end. Within a file, the order is the file's own.
+
+Also: the grading runs of one session share the reference solutions' records (DPC_REFERENCES,
+dpc_instructor.grade.reference): a lab graded by several files is run as its reference once."""
 from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -20,3 +28,8 @@ def _rank(item: pytest.Item) -> int:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_rank)  # stable: files keep their own order inside each rank
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex  # the same in every xdist worker
+    os.environ.setdefault("DPC_REFERENCES", str(Path(tempfile.gettempdir()) / f"dpc-references-{run[:12]}"))

@@ -472,7 +472,8 @@ REFERENCE = "reference-records.json"  # in the template: the judge's reference (
 def reference(run: Run) -> None:
     """Run the lab's source (the solution, hidden tests included) through the grader once, and keep
     what its test cells recorded as every student's reference (dpc_runtime.judge), in the
-    template. Cached in the course, keyed by a hash of the notebooks and of the judge's code."""
+    template. Cached in the course (or the folder DPC_REFERENCES names), keyed by a hash of the
+    notebooks and of the judge's code."""
     lab = run.lab
     sources = {n: (run.template / "source" / lab / f"{n}.ipynb").read_bytes() for n in sorted(run.release)}
     key = hashlib.sha256()
@@ -480,7 +481,8 @@ def reference(run: Run) -> None:
         key.update(name.encode() + b"\0" + data)
     for module in (judge, nbgrader_hooks):
         key.update(Path(module.__file__ or "").read_bytes())
-    cached = run.course.root / "references" / f"{lab}-{key.hexdigest()[:16]}.json"
+    folder = Path(os.environ.get("DPC_REFERENCES") or run.course.root / "references")
+    cached = folder / f"{lab}-{key.hexdigest()[:16]}.json"
     if not cached.exists():
         scratch = run.course.jobs / f"{lab}-reference-{uuid.uuid4().hex[:8]}"
         try:
@@ -498,8 +500,10 @@ def reference(run: Run) -> None:
             if failed or not records.exists():
                 raise SystemExit(f"grade: the reference solution of {lab} (solutions/{lab}) does not pass "
                                  f"its own tests: {failed or 'no records'}\n{done.output[-3000:]}")
-            cached.parent.mkdir(exist_ok=True)
-            shutil.copyfile(records, cached)
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_name(f"{cached.name}.{uuid.uuid4().hex[:6]}")
+            shutil.copyfile(records, tmp)
+            tmp.replace(cached)  # two runs computing it at once: either's whole file
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     shutil.copyfile(cached, run.template / REFERENCE)
