@@ -9,12 +9,15 @@ code: warnings never cost points). A submission with the four typical DDP mistak
 no set_epoch, per-rank variances averaged instead of sums combined, the loss summed over ranks
 instead of averaged, every rank saving — loses exactly the points of the test each one breaks. It
 also edits the locked parameters cell (to a line that would fail every later cell): grading
-restores locked cells from the source, so that edit costs nothing.
+restores locked cells from the source, so that edit costs nothing. A submission that does no work
+and fights the tests from a cell of its own in the kernel (gradekit.TAMPER: comparisons that always
+hold, tracebacks silenced, a displayhook call from inside train_epoch that nbgrader would read as
+full partial credit) gets nothing: every test cell's recorded values are judged outside the kernel.
 """
 from __future__ import annotations
 
 import pytest
-from gradekit import ROOT, grade_all, lost, reference_answers, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill
 
 LAB = "07-ddp-syncbn"
 RELEASE = ROOT / "labs" / LAB / "ddp-syncbn.ipynb"
@@ -162,11 +165,65 @@ assert WRONG["lab07-train"] != TRAIN and "set_epoch" not in WRONG["lab07-train"]
 assert WRONG["lab07-save"] != SAVE
 
 
+NO_WORK = {
+    "lab07-setup": '''%%writefile runs/07/lab_setup.py
+def dist_config(env):
+    return {"rank": 0, "world_size": 1, "local_rank": 0, "distributed": False}
+
+
+def setup(env=None):
+    return dist_config(env)
+''',
+    "lab07-data": '''%%writefile runs/07/lab_data.py
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def make_loader(dataset, cfg, batch_size, seed=0):
+    return DataLoader(dataset, batch_size=batch_size), DistributedSampler(dataset, num_replicas=1, rank=0)
+''',
+    "lab07-train": '''%%writefile runs/07/lab_train.py
+import sys
+
+
+def reduce_mean(value, cfg):
+    return value
+
+
+def train_epoch(model, loader, sampler, optimizer, epoch, cfg, accum=1):
+    sys.displayhook("full marks")  # in the kernel: an execute_result in the test cell
+    return 0.0
+''',
+    "lab07-syncbn": '''%%writefile runs/07/lab_syncbn.py
+import torch
+
+
+def sync_stats(x, cfg):
+    zero = torch.zeros(x.shape[1])
+    return zero, zero, zero
+''',
+    "lab07-save": '''%%writefile runs/07/lab_save.py
+def save_checkpoint(model, path, cfg):
+    pass
+''',
+}
+
+
+def tampering() -> dict:
+    """NO_WORK, plus a cell of the student's own, right after the imports, that fights the tests."""
+    nb = fill(RELEASE, NO_WORK)
+    at = next(i for i, c in enumerate(nb["cells"]) if c.get("metadata", {}).get("nbgrader", {})
+              .get("grade_id") == "lab07-imports")
+    nb["cells"].insert(at + 1, {"cell_type": "code", "execution_count": None, "id": "tamper01",
+                                "metadata": {}, "outputs": [], "source": TAMPER})
+    return nb
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {s: {name: fill(RELEASE, a)} for s, a in
                 [("reference", REFERENCE), ("different", DIFFERENT), ("wrong", WRONG)]}
+    students["tamper"] = {name: tampering()}
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=60,
                      notebook_timeout=900)
 
@@ -185,3 +242,8 @@ def test_typical_mistakes_lose_the_right_points(graded):
     assert row["status"] == "graded", row
     assert lost(row) == {"lab07-test-reshuffle", "lab07-test-loss", "lab07-test-syncbn", "lab07-test-save"}, row
     assert float(row["score"]) == sum(POINTS.values()) - 2 - 2 - 3 - 2
+
+
+def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
+    row = graded["tamper"]
+    assert (row["status"], float(row["score"])) == ("graded", 0.0), row
