@@ -9,13 +9,15 @@ ranks drift apart (and away from the single-process run), a loss that is not ave
 shows in the loss log, every rank writing checkpoints shows in the checkpoint log, and a Keras
 schedule that returns unscaled rates no longer matches one process on the global batch, and a
 PyTorch worker that never shards (every rank trains on the whole global batch: its weights still
-match) loses the matching test, whose hidden part checks the ranks' own losses. Each submission
+match) loses the matching test, whose hidden part checks the ranks' own losses. A submission whose
+scripts do no work and that fights the tests from a cell of its own in the kernel (gradekit.TAMPER)
+gets nothing: every test cell's recorded values are judged outside the kernel. Each submission
 costs four launches (two single-process references, two horovodrun jobs).
 """
 from __future__ import annotations
 
 import pytest
-from gradekit import ROOT, grade_all, lost, reference_answers, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill
 
 LAB = "06-horovod"
 RELEASE = ROOT / "labs" / LAB / "horovod.ipynb"
@@ -95,6 +97,20 @@ UNSHARDED = {**CORRECT, "lab06-torch-script": edit(CORRECT["lab06-torch-script"]
                                                    "train_step(model, opt, x[shard], y[shard])",
                                                    "train_step(model, opt, x, y)")}
 
+NO_WORK = {gid: given + "    pass" + TAIL + "    start(backend=None)\n    main()\n    finish()\n"
+           for gid, given in (("lab06-torch-script", GIVEN_TORCH), ("lab06-keras-script", GIVEN_KERAS))}
+
+
+def tampering() -> dict:
+    """NO_WORK, plus a cell of the student's own, right after the imports, that fights the tests."""
+    nb = fill(RELEASE, NO_WORK)
+    at = next(i for i, c in enumerate(nb["cells"]) if c.get("metadata", {}).get("nbgrader", {})
+              .get("grade_id") == "lab06-imports")
+    nb["cells"].insert(at + 1, {"cell_type": "code", "execution_count": None, "id": "tamper01",
+                                "metadata": {}, "outputs": [], "source": TAMPER})
+    return nb
+
+
 TESTS = {  # test cell -> points
     "lab06-test-torch-consistent": 2, "lab06-test-torch-matches": 2, "lab06-test-torch-lr": 1,
     "lab06-test-torch-metrics": 1, "lab06-test-torch-checkpoints": 2,
@@ -107,7 +123,8 @@ TESTS = {  # test cell -> points
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {"correct": {name: fill(RELEASE, CORRECT)}, "other": {name: fill(RELEASE, OTHER)},
-                "wrong": {name: fill(RELEASE, WRONG)}, "unsharded": {name: fill(RELEASE, UNSHARDED)}}
+                "wrong": {name: fill(RELEASE, WRONG)}, "unsharded": {name: fill(RELEASE, UNSHARDED)},
+                "tamper": {name: tampering()}}
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), notebook_timeout=900)
 
 
@@ -140,3 +157,8 @@ def test_a_worker_that_never_shards_loses_the_matching_test(graded):
     assert row["status"] == "graded", row["status"]
     assert lost(row) == {"lab06-test-torch-matches"}, row
     assert float(row["score"]) == sum(TESTS.values()) - 2
+
+
+def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
+    row = graded["tamper"]
+    assert (row["status"], float(row["score"])) == ("graded", 0.0), row

@@ -105,3 +105,22 @@ def test_an_execute_result_in_a_test_cell_is_never_partial_credit(tmp_path):
     cell = run_judge(graded_cell(claim, error), tmp_path)  # no reference: the kernel's verdict
     assert determine_grade(cell, None) == (0, 2)
     assert cell.outputs[0]["output_type"] == "display_data"  # still shown
+
+
+def test_records_can_be_judged_against_each_other_and_through_a_statistic():
+    ranks = [item("rank 0", [1.0, 2.0], judged=False), item("rank 1", [1.0, 2.0], same_as="rank 0")]
+    assert judge.verdict(ranks, [item("rank 0", [5.0, 6.0]), item("rank 1", [5.0, 6.0])]) is None  # not vs the reference
+    assert judge.verdict(ranks, [item("rank 0", [5.0, 6.0]), item("rank 1", [5.0, 7.0])]) == (
+        "'rank 1' differs from 'rank 0'")
+    own = [item("own losses: mean", [1.0, 3.0], stat="mean"),
+           item("own losses: spread", [1.0, 3.0], stat="spread", at_least=1e-6)]
+    assert judge.verdict(own, [item("own losses: mean", [1.5, 2.5]), item("own losses: spread", [1.5, 2.5])]) is None
+    assert judge.verdict(own, [item("own losses: mean", [2.0, 2.0]), item("own losses: spread", [2.0, 2.0])]) == (
+        "'own losses: spread' is below 1e-06")  # the mean is right, every rank saw the same data
+    assert judge.verdict(own, [item("own losses: mean", [1.0, 1.0]), item("own losses: spread", [0.0, 2.0])]) is not None
+    log = [item("own losses by rank", [[1.0, 2.0], [3.0, 4.0]], stat="column_means", judged=False),
+           item("logged", [2.0, 3.0], same_as="own losses by rank")]
+    assert judge.verdict(log, [item("own losses by rank", [[0.0, 0.0], [4.0, 2.0]]), item("logged", [2.0, 1.0])]) is None
+    assert judge.verdict(log, [item("own losses by rank", [[0.0, 0.0], [4.0, 2.0]]), item("logged", [0.0, 0.0])]) is not None
+    with pytest.raises(ValueError, match="stat must be one of"):
+        judge.record("x", 1, stat="median")

@@ -78,7 +78,10 @@ class Judge(Preprocessor):
                     output = new_output("display_data", data=output.get("data", {}),
                                         metadata=output.get("metadata", {}))
                 outputs.append(output)
-            why = judge.verdict(reference[gid], found[gid]) if reference.get(gid) else None
+            if self.record_to:  # the reference must pass its own records (same_as, bounds, ...)
+                why = judge.verdict(found[gid], found[gid]) if found[gid] else None
+            else:
+                why = judge.verdict(reference[gid], found[gid]) if reference.get(gid) else None
             head = [new_output("error", ename="GraderCheck", evalue=why, traceback=[
                 f"the grader's own check (outside your kernel): {why}"])] if why else []
             shown = [new_output("stream", name="stdout", text=(

@@ -63,14 +63,27 @@ def plain(value: Any) -> Any:
             "b64": base64.b64encode(arr.tobytes()).decode("ascii")}
 
 
+STATS = ("mean", "spread", "column_means")  # what the judge may compute from a recorded value
+
+
 def record(name: str, value: Any, *, rtol: float = 1e-5, atol: float = 1e-6,
            at_least: float | None = None, at_most: float | None = None,
-           differs_from: str | None = None) -> None:
-    """Show the grader `value` under `name`, checked outside the kernel (the labs' test cells)."""
+           differs_from: str | None = None, same_as: str | None = None,
+           stat: str | None = None, judged: bool = True) -> None:
+    """Show the grader `value` under `name`, checked outside the kernel (the labs' test cells).
+
+    By default the value must be close to the reference's. `at_least`/`at_most`: a bound instead;
+    `same_as`/`differs_from` (an earlier record's name): within atol of that record's value, or
+    not; `stat`: the judge first reduces the raw value (STATS: "mean", "spread" = max - min,
+    "column_means" of a table); `judged=False`: compared with nothing, only named by later records.
+    """
     from IPython.display import display
 
-    item = {"name": name, "value": plain(value), "rtol": rtol, "atol": atol,
-            "at_least": at_least, "at_most": at_most, "differs_from": differs_from}
+    if stat is not None and stat not in STATS:
+        raise ValueError(f"record: stat must be one of {STATS}, not {stat!r}")
+    item = {"name": name, "value": plain(value), "rtol": rtol, "atol": atol, "at_least": at_least,
+            "at_most": at_most, "differs_from": differs_from, "same_as": same_as, "stat": stat,
+            "judged": judged}
     display({MIME: item, "text/plain": f"(recorded for the grader: {name})"}, raw=True)
 
 
@@ -139,6 +152,20 @@ def _differs(want: Any, got: Any, rtol: float, atol: float, where: str) -> str |
     return f"{where}: the reference recorded a value the judge cannot compare"
 
 
+def _stat(kind: str, value: Any) -> Any:
+    """The statistic `kind` (STATS) of a recorded value, as a recorded value."""
+    import numpy as np
+
+    arr = np.asarray(_array(value), dtype=np.float64)
+    if kind == "mean":
+        return float(arr.mean())
+    if kind == "spread":
+        return float(arr.max() - arr.min())
+    if kind == "column_means" and arr.ndim == 2:
+        return plain(arr.mean(axis=0))
+    raise ValueError(f"no statistic {kind!r} of an array of shape {arr.shape}")
+
+
 def verdict(reference: list[dict], got: list[dict]) -> str | None:
     """Why a test cell's records fail against the reference's (None: they pass). Only the values of
     got are read; names, order, tolerances and bounds are the reference's."""
@@ -149,28 +176,41 @@ def verdict(reference: list[dict], got: list[dict]) -> str | None:
         missing = [r["name"] for r in reference if r["name"] not in have]
         return ("the cell did not record " + ", ".join(repr(m) for m in missing) if missing else
                 f"the cell recorded {have}, expected {[r['name'] for r in reference]}")
-    values = {r["name"]: r.get("value") for r in got}
+    values: dict[str, Any] = {}
     for want, item in zip(reference, got):
         name = want["name"]
-        if want.get("differs_from") is not None:
-            if want["differs_from"] not in values:
-                return f"{name!r}: the cell did not record {want['differs_from']!r}"
-            if _differs(values[want["differs_from"]], item.get("value"), 0.0, float(want["atol"]), "") is None:
-                return f"{name!r} is the same as {want['differs_from']!r}: nothing changed"
+        value, expected = item.get("value"), want["value"]
+        if want.get("stat"):
+            try:
+                value, expected = _stat(want["stat"], value), _stat(want["stat"], expected)
+            except (TypeError, ValueError):
+                return f"{name!r} is not a table of numbers"
+        values[name] = value
+        rtol, atol = float(want["rtol"]), float(want["atol"])
+        if want.get("judged") is False:
+            continue
+        other = want.get("same_as") or want.get("differs_from")
+        if other is not None:
+            if other not in values:
+                return f"{name!r}: the cell did not record {other!r}"
+            same = _differs(values[other], value, 0.0 if want.get("differs_from") else rtol, atol, "") is None
+            if want.get("same_as") and not same:
+                return f"{name!r} differs from {other!r}"
+            if want.get("differs_from") and same:
+                return f"{name!r} is the same as {other!r}: nothing changed"
             continue
         if want.get("at_least") is not None or want.get("at_most") is not None:
             try:
-                value = np.asarray(_array(item.get("value")), dtype=np.float64)
+                arr = np.asarray(_array(value), dtype=np.float64)
             except (TypeError, ValueError):
                 return f"{name!r} is not a number"
-            if value.size == 0 or not np.all(np.isfinite(value)):
+            if arr.size == 0 or not np.all(np.isfinite(arr)):
                 return f"{name!r} is not a finite number"
-            if want.get("at_least") is not None and not np.all(value >= want["at_least"]):
+            if want.get("at_least") is not None and not np.all(arr >= want["at_least"]):
                 return f"{name!r} is below {want['at_least']:g}"
-            if want.get("at_most") is not None and not np.all(value <= want["at_most"]):
+            if want.get("at_most") is not None and not np.all(arr <= want["at_most"]):
                 return f"{name!r} is above {want['at_most']:g}"
             continue
-        if why := _differs(want["value"], item.get("value"), float(want["rtol"]), float(want["atol"]),
-                           repr(name)):
+        if why := _differs(expected, value, rtol, atol, repr(name)):
             return why
     return None
