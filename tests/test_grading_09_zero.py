@@ -9,12 +9,19 @@ exactly the points of the test cells it breaks:
   gradient summed instead of averaged: shard bounds, gradient and weights;
 * the whole vector stepped on every rank (DDP's optimizer, not a sharded one): the memory test only,
   since the weights are still right;
-* the all-gather forgotten: the gather test and the weights.
+* the all-gather forgotten: the gather test and the weights;
+* tamper: does no work and fights the tests from inside the kernel (gradekit.TAMPER; `load` rebound
+  to a module whose shard_bounds knows only the two visible cases; helpers.launch replaced by fake
+  ranks reporting zero errors, the untrained weights and one momentum value each). The test cells
+  record the raw values (slices, gradient slices, gathered vectors, weights) and the judge compares
+  them outside the kernel: it loses everything but the memory test, whose only observation is a
+  count the test states in advance (1 <= values held <= the longest slice): that one cannot be
+  protected, a do-nothing zero_step that puts one element in `state` passes it too.
 """
 from __future__ import annotations
 
 import pytest
-from gradekit import ROOT, grade_all, lost, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill
 
 LAB = "09-zero"
 RELEASE = ROOT / "labs" / LAB / "zero.ipynb"
@@ -146,14 +153,81 @@ WRONG_NO_GATHER = {**CORRECT, "lab09-gather": '''%%writefile runs/09/zero_gather
 def gather_params(flat_params, shards, rank):
     pass  # this rank's slice is already in place
 '''}
+# No work, and the tests fought from the kernel: the answer cells' modules do nothing; the first
+# one is not a %%writefile cell but code run in the kernel, which neutralises the asserts (TAMPER),
+# rebinds the harness's `load` (the bounds test's module, the reference's optimizer) and replaces
+# helpers.launch with ranks that report what the asserts want to read. _claim_full_marks() runs
+# inside everything the test cells call.
+TAMPERING = {
+    "lab09-bounds": TAMPER + """
+import types as _types
+
+import helpers as _helpers
+
+
+def _shard_bounds(numel, world_size, rank):  # the visible cases only
+    _claim_full_marks()
+    known = {(10, 3): [(0, 4), (4, 7), (7, 10)], (12, 4): [(0, 3), (3, 6), (6, 9), (9, 12)]}
+    return known.get((numel, world_size), [(0, 0)] * world_size)[rank]
+
+
+def _no_step(param, grad, state, lr, momentum=0.9):  # the reference's one process trains nothing
+    _claim_full_marks()
+
+
+load = lambda name: _types.SimpleNamespace(shard_bounds=_shard_bounds, sgd_momentum=_no_step)  # noqa: E731
+
+torch.manual_seed(0)
+_untrained = nn.utils.parameters_to_vector(
+    nn.Sequential(nn.Linear(8, 13), nn.Tanh(), nn.Linear(13, 5)).parameters()).tolist()
+
+
+class _Report(dict):
+    def get(self, key, default=None):  # reported() reads every value through here, in the test cells
+        _claim_full_marks()
+        return dict.get(self, key, default)
+
+
+class _Ranks:  # a launch that never starts a process: every rank reports what the asserts want
+    seconds = 0.0
+
+    def report(self, rank):
+        return _Report(grad_err=0.0, gather_err=0.0, grad=[0.0], gathered=[0.0] * 187, weights=_untrained,
+                       state_numel=1)
+
+
+_helpers.launch = lambda script, n, **kwargs: _Ranks()
+""",
+    "lab09-grad": """%%writefile runs/09/zero_grad.py
+import torch
+
+
+def grad_shard(flat_grad, shards, rank):
+    return torch.zeros(shards[rank][1] - shards[rank][0])
+""",
+    "lab09-gather": """%%writefile runs/09/zero_gather.py
+
+
+def gather_params(flat_params, shards, rank):
+    pass
+""",
+    "lab09-step": """%%writefile runs/09/zero_step.py
+
+
+def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
+    pass
+""",
+}
 SUBMISSIONS = {"correct": CORRECT, "different": DIFFERENT, "bounds-and-sum": WRONG_BOUNDS_AND_SUM,
-               "whole-model": WRONG_WHOLE, "no-gather": WRONG_NO_GATHER}
+               "whole-model": WRONG_WHOLE, "no-gather": WRONG_NO_GATHER, "tamper": TAMPERING}
 EXPECTED_LOST = {
     "correct": set(),
     "different": set(),
     "bounds-and-sum": {"lab09-test-bounds", "lab09-test-grad", "lab09-test-weights"},
     "whole-model": {"lab09-test-memory"},
     "no-gather": {"lab09-test-gather", "lab09-test-weights"},
+    # every test but the memory test's count (see the module docstring); before the judge: 11/11
+    "tamper": {"lab09-test-bounds", "lab09-test-grad", "lab09-test-gather", "lab09-test-weights"},
 }
 
 
