@@ -5,13 +5,16 @@ receives before it sends and alternates blocking send/recv by rank parity). Typi
 (wrong ring step index, an all-gather that overwrites the wrong chunk, a ring that deadlocks
 because every rank sends before it receives, whole buffers sent instead of chunks) lose exactly
 the points of the tests they break, and a deadlock is stopped by its guard, not by the grader;
-a rank that never reaches the ring (an endless loop) is the one the error names."""
+a rank that never reaches the ring (an endless loop) is the one the error names. A submission that
+does no work and fights the tests (case "tamper": gradekit.TAMPER, np.all made to hold, the
+harness's ring_bytes_per_worker made 0, and a worker module that makes torch.equal hold in every
+rank) gets 0: every test cell's recorded values are compared outside the kernel."""
 from __future__ import annotations
 
 import json
 
 import pytest
-from gradekit import ROOT, grade_all, lost, reference_answers, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill
 
 import helpers
 from dpc_runtime import notebook
@@ -181,12 +184,40 @@ WASTEFUL["lab05-sim-reduce-scatter"] = '''def sim_reduce_scatter(chunks, wire):
             chunks[right][c] = chunks[right][c] + everything[lo:hi]
 '''
 
+# Does no work and fights the tests: gradekit.TAMPER (numpy/torch comparisons hold, a failed assert
+# shows no error, an execute_result from inside the functions the tests call), np.all made to hold
+# (the reduce-scatter test), the harness's ring_bytes_per_worker made 0 (the traffic tests compare
+# with it), and a real ring that does nothing in workers where torch.equal always holds (every rank
+# "agrees with dist.all_reduce")
+TAMPERING = {
+    "lab05-sim-reduce-scatter": TAMPER + '''_np.all = _yes  # the reduce-scatter test's comparison holds
+ring_bytes_per_worker = lambda *a, **k: 0  # the traffic tests expect 0 bytes
+
+
+def sim_reduce_scatter(chunks, wire):
+    _claim_full_marks()
+''',
+    "lab05-sim-all-gather": '''def sim_all_gather(chunks, wire):
+    _claim_full_marks()
+''',
+    "lab05-real": '''%%writefile runs/05/student_ring.py
+import torch
+
+torch.equal = lambda *a, **k: True  # in every worker: the ring "agrees with dist.all_reduce"
+
+
+def ring_allreduce(flat):
+    return flat
+''',
+}
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {s: {name: fill(RELEASE, a)} for s, a in [
-        ("reference", REFERENCE), ("different", DIFFERENT), ("wrong", WRONG), ("wasteful", WASTEFUL)]}
+        ("reference", REFERENCE), ("different", DIFFERENT), ("wrong", WRONG), ("wasteful", WASTEFUL),
+        ("tamper", TAMPERING)]}
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), notebook_timeout=600)
 
 
@@ -209,6 +240,11 @@ def test_wasted_traffic_and_wrong_real_step_lose_their_points(graded):
     assert row["status"] == "graded", row
     assert lost(row) == {"lab05-test-sim-traffic", "lab05-test-real-exact"}, row
     assert row["score"] == "7"
+
+
+def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
+    row = graded["tamper"]
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "12"), row
 
 
 def test_a_rank_that_never_reaches_the_ring_is_named(tmp_path):
