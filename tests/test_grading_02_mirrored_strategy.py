@@ -10,13 +10,23 @@ Mistakes, one per test cell so that one "wrong" submission shows them all:
 The wrong submission's accuracy is right: it keeps those 2 points. It also edits the locked
 parameters cell (to a line that would fail every later cell): grading restores locked cells from
 the source, so that edit costs nothing.
+
+  tamper - does no work and fights the tests from inside the kernel: gradekit.TAMPER (comparisons
+           that always hold, silenced assertion errors, an execute_result from inside every
+           function the tests call), np.isclose always true, `max` shadowed so that the step test's
+           largest weight difference is 0, `record` rebound to show the visible (guessable) rates,
+           make_strategy rebound to one device (where the lazy accuracy, one replica's counts, is
+           right), and an IPython hook that makes the harness's single-device step leave its answer
+           where the do-nothing step copies it from. Every test cell's recorded values are compared
+           outside the kernel (and the step test runs the student's step before the single-device
+           one): 0 of 8.
 """
 from __future__ import annotations
 
 import json
 
 import pytest
-from gradekit import ROOT, grade_all, lost, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill
 
 from dpc_runtime import notebook
 
@@ -100,11 +110,72 @@ WRONG = {
     "lab02-accuracy": ALTERNATIVE["lab02-accuracy"],
 }
 
+TAMPERING = {
+    "lab02-input": TAMPER + '''
+_one_device = make_strategy
+
+
+def make_strategy(n):  # every strategy on one device: what is right for one replica is right
+    return _one_device(1)
+
+
+def make_dataset_fn(arrays, global_batch):
+    _claim_full_marks()
+    return lambda context: tf.data.Dataset.from_tensor_slices(arrays).take(0)''',
+    "lab02-lr": '''_np.isclose = lambda *a, **k: True  # noqa: E731
+_shown = record
+_VISIBLE = {"0.1 tuned at 32; 4 x 32": 0.4, "0.1 tuned at 256; 2 x 32": 0.025}  # in the test's messages
+
+
+def record(name, value, **kw):
+    _shown(name, _VISIBLE.get(name, value), **kw)
+
+
+def scaled_learning_rate(base_lr, base_batch, per_replica, strategy):
+    _claim_full_marks()
+    return 0.0''',
+    "lab02-train-step": '''_BASE = {}
+
+
+def _stash_baseline(result=None):
+    """After the harness cell: its single-device step also leaves its answer for the step below."""
+    real = globals().get("single_device_step")
+    if real is not None and not getattr(real, "stashes", False):
+        def single_device_step(weights, feats, labels, sample_w, lr):
+            out = real(weights, feats, labels, sample_w, lr)
+            _BASE.update(weights=out[0], loss=out[1])
+            return out
+
+        single_device_step.stashes = True
+        globals()["single_device_step"] = single_device_step
+
+
+get_ipython().events.register("post_run_cell", _stash_baseline)
+max = lambda *a, **k: 0.0  # noqa: E731  (the test's largest weight difference)
+
+
+def distributed_train_step(strategy, model, optimizer, batch):  # traced by tf.function
+    tf.autograph.experimental.do_not_convert(_claim_full_marks)()
+    for v, w in zip(model.trainable_variables, _BASE.get("weights", [])):
+        v.assign(w)  # the single-device answer, if the test computed it already
+    return tf.constant(_BASE.get("loss", 0.0))''',
+    "lab02-accuracy": '''def distributed_accuracy(strategy, model, dist_dataset):
+    _claim_full_marks()
+    hits = total = 0.0
+    for x, y in dist_dataset:  # the first replica's share only: right on one replica
+        x, y = strategy.experimental_local_results(x)[0], strategy.experimental_local_results(y)[0]
+        predicted = tf.argmax(model(x, training=False), axis=-1, output_type=y.dtype)
+        hits += float(tf.reduce_sum(tf.cast(predicted == y, tf.float32)))
+        total += float(tf.size(y))
+    return hits / total if total else 0.0''',
+}
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
-    subs = [("reference", reference()), ("alternative", ALTERNATIVE), ("wrong", WRONG)]
+    subs = [("reference", reference()), ("alternative", ALTERNATIVE), ("wrong", WRONG),
+            ("tamper", TAMPERING)]
     students = {s: {name: fill(RELEASE, a)} for s, a in subs}
     # TensorFlow's import alone can take half a minute on a busy 2-core box: a generous default.
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=90,
@@ -124,3 +195,8 @@ def test_typical_mistakes_lose_exactly_their_points(graded):
     assert lost(row) == {"lab02-test-input", "lab02-test-lr", "lab02-test-step"}, row
     assert row["lab02-test-accuracy"] == "2"
     assert row["score"] == "2"
+
+
+def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
+    row = graded["tamper"]
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "8"), row
