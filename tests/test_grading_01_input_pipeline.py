@@ -4,11 +4,21 @@ autograded by src/dpc_instructor/grade.py (nbgrader, per-cell timeouts, a wall-c
 A correct submission gets full marks (the reference and one written differently), typical mistakes lose exactly the points of the tests they
 break, an infinite loop is cut at its cell timeout while the rest is still graded, a notebook that
 survives interrupts is reported 'not graded' without blocking the others, and no process is left.
+
+A submission that does no work and fights the tests from inside the kernel ('tamper': gradekit.TAMPER,
+zeros for data, the course helpers the tests measure with patched - helpers.SlowSource's load
+counters, helpers.WhoLoads' process ids, helpers.tf_pipeline_ops - and `record` rebound so that
+every bound is met) gets nothing: the test cells record the batches themselves, and read the
+parallel map, the prefetch, num_workers and pin_memory from the pipeline's own graph and the
+loader itself, asserting them in the kernel before they are recorded. (Not covered: a submission
+that also strips the asserts from later cells, with an IPython AST transformer, keeps the 6 points
+whose recorded evidence is a fact known in advance - a parallel map, a final prefetch, 2+ workers,
+pin_memory - as the judge compares values only.)
 """
 from __future__ import annotations
 
 import pytest
-from gradekit import ROOT, grade_all, lost, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill
 
 LAB = "01-input-pipeline"
 RELEASE = ROOT / "labs" / LAB / "input-pipeline.ipynb"
@@ -53,6 +63,53 @@ while True:
     except BaseException:
         pass'''}
 
+# No work, and every trick from inside the kernel: the asserts neutralised (gradekit.TAMPER), the
+# course helpers the tests measure with made to report parallel loads and worker processes, and
+# `record` made to show the grader every bound met and the pinning it expects.
+TAMPERING = {
+    "lab01-fast-tf-pipeline": TAMPER + '''
+
+class _Counted(helpers.SlowSource):  # every probe "saw" all its loads, 8 at a time
+    calls = property(lambda self: self.n, lambda self, value: None)
+    max_in_flight = property(lambda self: 8, lambda self, value: None)
+
+
+helpers.SlowSource = _Counted
+helpers.tf_pipeline_ops = lambda ds: ["RangeDataset", "ParallelMapDatasetV2", "BatchDatasetV2", "PrefetchDataset"]
+_record = record
+
+
+def record(name, value, **bounds):  # the grader is shown what it asks for
+    if bounds.get("at_least") is not None:
+        value = bounds["at_least"]
+    elif isinstance(value, str):
+        value = "PrefetchDataset"
+    elif name.startswith("pin_memory"):
+        value = "CPU" not in name
+    _record(name, value, **bounds)
+
+
+def fast_tf_pipeline(source, batch_size):
+    _claim_full_marks()
+    zeros = (tf.zeros((source.image_size, source.image_size, 3)), tf.constant(0, tf.int64))
+    return tf.data.Dataset.from_tensors(zeros).repeat(len(source)).batch(batch_size)''',
+    "lab01-fast-torch-loader": '''class _Anyone(helpers.WhoLoads):  # every sample "loaded" by one of three made-up workers
+    def __getitem__(self, i):
+        return int(i), 10**6 + int(i) % 3
+
+
+helpers.WhoLoads = _Anyone
+
+
+def _zeros(batch):  # the images replaced by zeros; the labels (and WhoLoads' "process ids") kept
+    return [torch.zeros((len(batch),) + np.shape(batch[0][0])), torch.tensor([s[1] for s in batch])]
+
+
+def fast_torch_loader(dataset, batch_size, device):
+    _claim_full_marks()
+    return DataLoader(dataset, batch_size=batch_size, collate_fn=_zeros)''',
+}
+
 
 def submission(answers: dict[str, str]) -> dict:
     """The student copy with the answer cells filled in."""
@@ -63,7 +120,8 @@ def submission(answers: dict[str, str]) -> dict:
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {s: {name: submission(a)} for s, a in [
-        ("correct", CORRECT), ("other", OTHER), ("wrong", WRONG), ("looping", LOOPING), ("survivor", SURVIVOR)]}
+        ("correct", CORRECT), ("other", OTHER), ("wrong", WRONG), ("looping", LOOPING), ("survivor", SURVIVOR),
+        ("tamper", TAMPERING)]}
     students["empty"] = {}
     students["garbled"] = {name: "{ not a notebook"}
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"))
@@ -105,3 +163,8 @@ def test_interrupt_survivor_is_reported_not_graded(graded):
 def test_bad_submissions_get_one_clear_status(graded):
     assert graded["empty"]["status"] == "missing notebook(s): input-pipeline.ipynb"
     assert graded["garbled"]["status"].startswith("unreadable notebook input-pipeline.ipynb")
+
+
+def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
+    row = graded["tamper"]
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "10"), row
