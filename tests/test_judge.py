@@ -124,3 +124,50 @@ def test_records_can_be_judged_against_each_other_and_through_a_statistic():
     assert judge.verdict(log, [item("own losses by rank", [[0.0, 0.0], [4.0, 2.0]]), item("logged", [0.0, 0.0])]) is not None
     with pytest.raises(ValueError, match="stat must be one of"):
         judge.record("x", 1, stat="median")
+
+
+def test_integer_arrays_are_exact_and_a_bound_keeps_the_references_shape():
+    big = np.arange(10**6, 10**6 + 4, dtype=np.int64)
+    assert judge.verdict([item("ids", big)], [item("ids", big)]) is None
+    assert judge.verdict([item("ids", big)], [item("ids", big + np.array([0, 0, 0, 1]))]) == (
+        "'ids' is not the expected value")  # allclose would have let 1 in 10**6 through
+    bound = [item("held", [94, 93], at_least=1, at_most=94)]
+    assert judge.verdict(bound, [item("held", [5, 7])]) is None
+    assert judge.verdict(bound, [item("held", [5])]) == "'held' has shape (1,), not (2,)"
+
+
+def test_a_record_knows_the_line_of_the_cell_that_made_it():
+    source = "f(1)\n### BEGIN HIDDEN TESTS\nf(2)\n### END HIDDEN TESTS\nf(3)\n"
+    items = [{"name": "a", "line": 1}, {"name": "b", "line": 3}, {"name": "c", "line": 5}]
+    assert [r["name"] for r in judge.visible(items, source)] == ["a", "c"]
+    nb = new_notebook(cells=[new_code_cell(
+        "from dpc_runtime.judge import record\n"
+        "def check(x):\n"
+        "    record('x', x)\n"
+        "check(1)\n"
+        "### BEGIN HIDDEN TESTS\n"
+        "check(2)\n"
+        "### END HIDDEN TESTS\n")])
+    from nbclient import NotebookClient
+
+    NotebookClient(nb, kernel_name="python3").execute()
+    got = judge.records(nb.cells[0])
+    assert [(r["value"], r["line"]) for r in got] == [(1, 4), (2, 6)]  # where check() was called
+    assert [r["value"] for r in judge.visible(got, nb.cells[0].source)] == [1]
+
+
+def test_a_failed_hidden_record_is_not_named_in_the_feedback(tmp_path):
+    source = "check(1)\n### BEGIN HIDDEN TESTS\ncheck(2)\n### END HIDDEN TESTS\n"
+    records = tmp_path / "records.json"
+    cell = graded_cell(shown({**item("3 towers, seed 7: weights", [1.0]), "line": 3}))
+    cell.source = source
+    cell.outputs.insert(0, shown({**item("2 towers: weights", [2.0]), "line": 1}))
+    run_judge(cell, tmp_path, record_to=str(records))
+    wrong = graded_cell(shown(item("2 towers: weights", [2.0])), shown(item("3 towers, seed 7: weights", [5.0])))
+    wrong.source = source
+    graded = run_judge(wrong, tmp_path, reference=str(records))
+    assert determine_grade(graded, None) == (0, 2)
+    assert "seed 7" not in json.dumps(graded.outputs) and "hidden test" in graded.outputs[0]["evalue"]
+    visible_wrong = graded_cell(shown(item("2 towers: weights", [9.0])), shown(item("3 towers, seed 7: weights", [1.0])))
+    visible_wrong.source = source
+    assert "'2 towers: weights'" in run_judge(visible_wrong, tmp_path, reference=str(records)).outputs[0]["evalue"]

@@ -1,17 +1,25 @@
 """Generate the student labs (labs/) from their single source (solutions/) with nbgrader, or check
 that labs/ is up to date.
 
+Beside each lab notebook goes `<notebook>.checks.json`: the values the solution's test cells
+recorded in their visible parts (dpc_runtime.judge), from the solution's committed outputs. The
+self-check (dpc_runtime.check) compares a student's records with them, as the grader compares all
+of them (hidden parts included) with a fresh run of the solution.
+
     python -m dpc_instructor.labs generate   # what `make labs` runs
     python -m dpc_instructor.labs check      # exit 1 and list the stale files when labs/ is out of date
 """
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from dpc_runtime import judge, notebook
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -35,6 +43,25 @@ def generate(release_dir: Path, db_dir: Path) -> None:
              f"--CourseDirectory.release_directory={release_dir}",
              f"--CourseDirectory.db_url=sqlite:///{db_dir / 'gradebook.db'}"],
             cwd=ROOT, env=ENV, check=True)
+        for source in sorted((ROOT / "solutions" / lab).glob("*.ipynb")):
+            checks = visible_records(json.loads(source.read_text()))
+            if checks:
+                out = release_dir / lab / f"{source.stem}.checks.json"
+                out.write_text(json.dumps(checks, indent=1, sort_keys=True) + "\n")
+
+
+def visible_records(nb: dict) -> dict[str, list[dict]]:
+    """{grade id: the records its visible part made} from a solution notebook's outputs (records
+    whose line is unknown are left out: they could come from a hidden part)."""
+    found = {}
+    for cell in nb["cells"]:
+        gid = notebook.grade_id(cell)
+        if gid and notebook.nbgrader(cell).get("grade") and cell["cell_type"] == "code":
+            known = [r for r in judge.records(cell) if isinstance(r.get("line"), int)]
+            shown = judge.visible(known, notebook.source(cell))
+            if shown:
+                found[gid] = shown
+    return found
 
 
 def stale(release_dir: Path) -> list[str]:

@@ -82,6 +82,10 @@ class Judge(Preprocessor):
                 why = judge.verdict(found[gid], found[gid]) if found[gid] else None
             else:
                 why = judge.verdict(reference[gid], found[gid]) if reference.get(gid) else None
+                shown_part = judge.visible(reference.get(gid) or [], cell.source)
+                if why and len(shown_part) < len(reference[gid]) and judge.verdict(
+                        shown_part, found[gid][:len(shown_part)]) is None:
+                    why = "the values a hidden test recorded are missing or differ from the reference's"
             head = [new_output("error", ename="GraderCheck", evalue=why, traceback=[
                 f"the grader's own check (outside your kernel): {why}"])] if why else []
             shown = [new_output("stream", name="stdout", text=(

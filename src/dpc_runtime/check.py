@@ -7,8 +7,10 @@
 The notebook runs top to bottom on a copy (your file is not changed), in a fresh kernel, with the
 grader's per-cell time limits (nbgrader_config.py) and in the grader's sandbox where this machine
 has one (src/dpc_runtime/sandbox.py: no network but loopback, only its own folder writable). Then a table
-lists every test cell: its points, and whether it passed. The grader also runs hidden tests, so
-full marks here are necessary, not sufficient.
+lists every test cell: its points, and whether it passed. As the grader does, it judges a test
+cell outside your kernel (dpc_runtime.judge): a cell passes when it raised nothing AND the values it
+recorded match the solution's (`<notebook>.checks.json` beside the lab). The grader also runs hidden
+tests, so full marks here are necessary, not sufficient.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dpc_runtime import manifest, sandbox
+from dpc_runtime import judge, manifest, sandbox
 from dpc_runtime.notebook import nbgrader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +37,8 @@ def execute(notebook: Path, result: Path) -> None:
                             allow_errors=True, kernel_name="python3",
                             resources={"metadata": {"path": str(notebook.parent)}})
     client.execute()
+    checks = notebook.with_name(f"{notebook.stem}.checks.json")
+    reference = json.loads(checks.read_text()) if checks.exists() else {}
     rows = []
     for cell in nb.cells:
         meta = nbgrader(cell)
@@ -42,9 +46,13 @@ def execute(notebook: Path, result: Path) -> None:
             continue
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         why = f"{errors[0].get('ename')}: {errors[0].get('evalue')}".strip() if errors else ""
+        wanted = reference.get(meta.get("grade_id"))
+        judged = judge.verdict(wanted, judge.records(cell)) if wanted else None
+        ran = cell.get("execution_count") is not None
         rows.append({"cell": meta.get("grade_id", "?"), "points": float(meta.get("points", 0)),
-                     "passed": not errors and cell.get("execution_count") is not None,
-                     "why": why or ("" if cell.get("execution_count") is not None else "did not run")})
+                     "passed": not errors and ran and not judged,
+                     "why": why or ("" if ran else "did not run") or
+                            (f"the grader's own check: {judged}" if judged else "")})
     result.write_text(json.dumps(rows))
 
 

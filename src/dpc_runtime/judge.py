@@ -83,8 +83,35 @@ def record(name: str, value: Any, *, rtol: float = 1e-5, atol: float = 1e-6,
         raise ValueError(f"record: stat must be one of {STATS}, not {stat!r}")
     item = {"name": name, "value": plain(value), "rtol": rtol, "atol": atol, "at_least": at_least,
             "at_most": at_most, "differs_from": differs_from, "same_as": same_as, "stat": stat,
-            "judged": judged}
+            "judged": judged, "line": _cell_line()}
     display({MIME: item, "text/plain": f"(recorded for the grader: {name})"}, raw=True)
+
+
+def _cell_line() -> int | None:
+    """The line of the running cell that (maybe through functions it defines) called record: the
+    instructor's tools tell a visible test's records from a hidden one's by it."""
+    import sys
+
+    frame = sys._getframe(2)
+    while frame.f_back is not None:
+        if frame.f_back.f_code.co_name == "run_code" and "IPython" in frame.f_back.f_code.co_filename:
+            return frame.f_lineno  # the cell's own top-level statement
+        frame = frame.f_back
+    return None
+
+
+def visible(items: list[dict], source: str) -> list[dict]:
+    """The records of a test cell made by its visible part, given the cell's source with its hidden
+    part (between the '### BEGIN HIDDEN TESTS' and '### END HIDDEN TESTS' lines)."""
+    hidden, inside = set(), False
+    for number, line in enumerate(source.splitlines(), start=1):
+        if line.strip() == "### BEGIN HIDDEN TESTS":
+            inside = True
+        if inside:
+            hidden.add(number)
+        if line.strip() == "### END HIDDEN TESTS":
+            inside = False
+    return [r for r in items if r.get("line") not in hidden]
 
 
 def records(cell: dict) -> list[dict]:
@@ -121,6 +148,8 @@ def _differs(want: Any, got: Any, rtol: float, atol: float, where: str) -> str |
             return f"{where} is not numbers"
         if w.shape != g.shape:
             return f"{where} has shape {tuple(g.shape)}, not {tuple(w.shape)}"
+        if all(isinstance(a, np.ndarray) and a.dtype.kind in "iub" for a in (want, got)):
+            return None if np.array_equal(want, got) else f"{where} is not the expected value"
         if not np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=False):
             bad = np.abs(g - w)
             worst = float(np.nanmax(np.where(np.isfinite(bad), bad, np.inf)))
@@ -206,6 +235,12 @@ def verdict(reference: list[dict], got: list[dict]) -> str | None:
                 return f"{name!r} is not a number"
             if arr.size == 0 or not np.all(np.isfinite(arr)):
                 return f"{name!r} is not a finite number"
+            try:
+                shape = np.shape(np.asarray(_array(expected), dtype=np.float64))
+            except (TypeError, ValueError):
+                shape = arr.shape  # a reference of no one shape: the bound alone
+            if arr.shape != shape:
+                return f"{name!r} has shape {arr.shape}, not {shape}"
             if want.get("at_least") is not None and not np.all(arr >= want["at_least"]):
                 return f"{name!r} is below {want['at_least']:g}"
             if want.get("at_most") is not None and not np.all(arr <= want["at_most"]):
