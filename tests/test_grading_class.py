@@ -13,6 +13,7 @@ import csv
 import html
 import json
 import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -235,3 +236,18 @@ def test_self_check_exit_code(tmp_path):
     failed = {"lab04-test-average", "lab04-test-split", "lab04-test-equal"}
     assert table == {t: "FAILED" if t in failed else "passed" for t in lab4_tests()}, done.stdout
     assert f"{NB}: 8 / 14 visible points, 3 test cell(s) failed" in done.stdout
+
+
+def test_the_self_check_judges_outside_the_kernel_as_the_grader_does(tmp_path):
+    lab = tmp_path / LAB
+    lab.mkdir()
+    (lab / NB).write_text(json.dumps(fill(lab4.RELEASE, lab4.TAMPERING)))
+    checks = lab4.RELEASE.with_name(lab4.RELEASE.stem + ".checks.json")
+    shutil.copy(checks, lab)  # what the release ships beside the notebook
+    done = subprocess.run([sys.executable, "-m", "dpc_runtime.check", str(lab)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1, done.stdout + done.stderr
+    table = dict(re.findall(r"^(lab\d+-test-[\w-]+)\s+\S+\s+(passed|FAILED)", done.stdout, re.M))
+    assert table == {t: "FAILED" for t in lab4_tests()}, done.stdout  # no kernel error shown, no points
+    assert "the grader's own check" in done.stdout
+    assert f"{NB}: 0 / 14 visible points" in done.stdout

@@ -11,7 +11,7 @@ import torch
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 from nbgrader.utils import determine_grade
 
-from dpc_instructor import nbgrader_hooks
+from dpc_instructor import markers, nbgrader_hooks
 from dpc_runtime import judge
 
 
@@ -138,8 +138,8 @@ def test_integer_arrays_are_exact_and_a_bound_keeps_the_references_shape():
 
 def test_a_record_knows_the_line_of_the_cell_that_made_it():
     source = "f(1)\n### BEGIN HIDDEN TESTS\nf(2)\n### END HIDDEN TESTS\nf(3)\n"
-    items = [{"name": "a", "line": 1}, {"name": "b", "line": 3}, {"name": "c", "line": 5}]
-    assert [r["name"] for r in judge.visible(items, source)] == ["a", "c"]
+    items = [{"name": "a", "line": 1}, {"name": "b", "line": 3}, {"name": "c", "line": 5}, {"name": "d"}]
+    assert [r["name"] for r in markers.visible_records(items, source)] == ["a", "c"]  # d: line unknown
     nb = new_notebook(cells=[new_code_cell(
         "from dpc_runtime.judge import record\n"
         "def check(x):\n"
@@ -153,7 +153,7 @@ def test_a_record_knows_the_line_of_the_cell_that_made_it():
     NotebookClient(nb, kernel_name="python3").execute()
     got = judge.records(nb.cells[0])
     assert [(r["value"], r["line"]) for r in got] == [(1, 4), (2, 6)]  # where check() was called
-    assert [r["value"] for r in judge.visible(got, nb.cells[0].source)] == [1]
+    assert [r["value"] for r in markers.visible_records(got, nb.cells[0].source)] == [1]
 
 
 def test_a_failed_hidden_record_is_not_named_in_the_feedback(tmp_path):

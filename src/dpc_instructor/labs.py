@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from dpc_instructor import markers
 from dpc_runtime import judge, notebook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,8 +58,7 @@ def visible_records(nb: dict) -> dict[str, list[dict]]:
     for cell in nb["cells"]:
         gid = notebook.grade_id(cell)
         if gid and notebook.nbgrader(cell).get("grade") and cell["cell_type"] == "code":
-            known = [r for r in judge.records(cell) if isinstance(r.get("line"), int)]
-            shown = judge.visible(known, notebook.source(cell))
+            shown = markers.visible_records(judge.records(cell), notebook.source(cell))
             if shown:
                 found[gid] = shown
     return found

@@ -51,3 +51,23 @@ def hide_hidden_tests(text: str, stand_in: str = "# (hidden tests run here)\n") 
 def hidden_tests(text: str) -> list[str]:
     """The hidden-test blocks of a text, each without its markers."""
     return re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", text, re.S)
+
+
+def hidden_lines(text: str) -> set[int]:
+    """The numbers (from 1) of the lines of text inside a hidden-test block, markers included."""
+    hidden, inside = set(), False
+    for number, line in enumerate(text.splitlines(), start=1):
+        if "### BEGIN HIDDEN TESTS" in line:
+            inside = True
+        if inside:
+            hidden.add(number)
+        if "### END HIDDEN TESTS" in line:
+            inside = False
+    return hidden
+
+
+def visible_records(items: list[dict], text: str) -> list[dict]:
+    """The records (dpc_runtime.judge) a test cell of source `text` made in its visible part: those
+    whose line is known and outside every hidden-test block."""
+    hidden = hidden_lines(text)
+    return [r for r in items if isinstance(r.get("line"), int) and r["line"] not in hidden]

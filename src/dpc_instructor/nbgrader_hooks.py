@@ -28,6 +28,7 @@ from nbgrader.preprocessors import (
 from nbgrader.utils import is_grade
 from traitlets import Bool, Unicode
 
+from dpc_instructor import markers
 from dpc_runtime import judge
 
 # nbgrader's own list, in its order (tests/test_grade_units.py checks it still is)
@@ -82,7 +83,8 @@ class Judge(Preprocessor):
                 why = judge.verdict(found[gid], found[gid]) if found[gid] else None
             else:
                 why = judge.verdict(reference[gid], found[gid]) if reference.get(gid) else None
-                shown_part = judge.visible(reference.get(gid) or [], cell.source)
+                hidden = markers.hidden_lines(cell.source)  # (a record of no known line is shown)
+                shown_part = [r for r in reference.get(gid) or [] if r.get("line") not in hidden]
                 if why and len(shown_part) < len(reference[gid]) and judge.verdict(
                         shown_part, found[gid][:len(shown_part)]) is None:
                     why = "the values a hidden test recorded are missing or differ from the reference's"

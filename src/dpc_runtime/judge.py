@@ -89,7 +89,8 @@ def record(name: str, value: Any, *, rtol: float = 1e-5, atol: float = 1e-6,
 
 def _cell_line() -> int | None:
     """The line of the running cell that (maybe through functions it defines) called record: the
-    instructor's tools tell a visible test's records from a hidden one's by it."""
+    instructor's tools tell a visible test's records from a hidden one's by it
+    (dpc_instructor.markers.visible_records)."""
     import sys
 
     frame = sys._getframe(2)
@@ -98,20 +99,6 @@ def _cell_line() -> int | None:
             return frame.f_lineno  # the cell's own top-level statement
         frame = frame.f_back
     return None
-
-
-def visible(items: list[dict], source: str) -> list[dict]:
-    """The records of a test cell made by its visible part, given the cell's source with its hidden
-    part (between the '### BEGIN HIDDEN TESTS' and '### END HIDDEN TESTS' lines)."""
-    hidden, inside = set(), False
-    for number, line in enumerate(source.splitlines(), start=1):
-        if line.strip() == "### BEGIN HIDDEN TESTS":
-            inside = True
-        if inside:
-            hidden.add(number)
-        if line.strip() == "### END HIDDEN TESTS":
-            inside = False
-    return [r for r in items if r.get("line") not in hidden]
 
 
 def records(cell: dict) -> list[dict]:
