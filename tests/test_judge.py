@@ -171,3 +171,12 @@ def test_a_failed_hidden_record_is_not_named_in_the_feedback(tmp_path):
     visible_wrong = graded_cell(shown(item("2 towers: weights", [9.0])), shown(item("3 towers, seed 7: weights", [1.0])))
     visible_wrong.source = source
     assert "'2 towers: weights'" in run_judge(visible_wrong, tmp_path, reference=str(records)).outputs[0]["evalue"]
+
+
+def test_a_record_made_by_hand_fails_and_never_stops_the_judge():
+    ref = [item("w", np.ones(3))]
+    for value in ({"dtype": "<f8", "shape": [3], "b64": "not base64!"}, {"dtype": "object", "shape": [1], "b64": ""},
+                  {"dtype": "<f8", "shape": [10**9], "b64": ""}, [[1, 2], [3]], {"float": "huge"}):
+        why = judge.verdict(ref, [{"name": "w", "value": value}])
+        assert why is not None, value
+    assert judge.verdict(ref, ["w"]) == "the cell's records are malformed"

@@ -184,9 +184,20 @@ def _stat(kind: str, value: Any) -> Any:
 
 def verdict(reference: list[dict], got: list[dict]) -> str | None:
     """Why a test cell's records fail against the reference's (None: they pass). Only the values of
-    got are read; names, order, tolerances and bounds are the reference's."""
+    got are read; names, order, tolerances and bounds are the reference's. A value that cannot even
+    be read (a record made by hand) fails; it never stops the judge."""
+    try:
+        return _verdict(reference, got)
+    except Exception as err:  # noqa: BLE001  (got is the student's: anything may be in it)
+        return f"a recorded value could not be read ({type(err).__name__})"
+
+
+def _verdict(reference: list[dict], got: list[dict]) -> str | None:
+    """verdict, which may raise on a malformed record."""
     import numpy as np
 
+    if not isinstance(got, list) or not all(isinstance(r, dict) for r in got):
+        return "the cell's records are malformed"
     if [r.get("name") for r in got] != [r["name"] for r in reference]:
         have = [str(r.get("name")) for r in got]
         missing = [r["name"] for r in reference if r["name"] not in have]
