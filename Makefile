@@ -34,6 +34,8 @@ help:
 	@echo "            plus a burst of 20; ends with 'soak: N launches, F failed' (about 30 min)"
 	@echo "make cluster-test [CLUSTER_ARGS=--only torchrun]   bring up a two-node SLURM cluster here"
 	@echo "            (root, slurm-wlm + munge), sbatch every slurm/ script on it, check, tear down"
+	@echo "make class-env [PREFIX=/opt/dp-course] [PYTHON=/usr/bin/python3]   one course environment for"
+	@echo "            every user of a node (a JupyterHub class): students' make lab/check use it, build nothing"
 	@echo "make release [OUT=dir]   the student release: folder, .tar.gz and git branch 'student',"
 	@echo "            without solutions/, hidden tests or grading tools (default build/release/)"
 
@@ -101,6 +103,13 @@ release: setup
 CLUSTER_ARGS ?=
 cluster-test: setup
 	$(PY) -m dpc_setup.cluster test $(CLUSTER_ARGS)
+
+# `make class-env [PREFIX=/opt/dp-course] [PYTHON=/usr/bin/python3]`: the environment of a class on one
+# node, readable and runnable by every user (src/dpc_setup/class_env.sh; the instructor README's hub section).
+.PHONY: class-env
+PREFIX ?= /opt/dp-course
+class-env:
+	@bash src/dpc_setup/class_env.sh "$(PREFIX)"
 
 clean:
 	rm -rf build course/runs solutions/*/runs

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import stat
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,7 @@ FORBIDDEN = ["solutions", "tests", "src/dpc_instructor", "src/dpc_maintainer", "
              "src/dpc_maintainer/solutions.py", ".github", "build", "CONTRIBUTING.md", "course/runs"]
 TOP_LEVEL = {".git", ".gitignore", "Makefile", "README.md", "benchmarks", "course", "course.yml",
              "environment.yml", "examples", "labs", "nbgrader_config.py", "pyproject.toml", "requirements.txt",
+             "requirements-hub.txt",
              "slurm", "src"}
 
 
@@ -247,3 +250,40 @@ def test_the_release_alone_checks_a_lab(built: Path, tmp_path: Path) -> None:
     answered = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1500)
     assert answered.returncode == 0, answered.stdout + answered.stderr
     assert "14 / 14 visible points" in answered.stdout, answered.stdout
+
+
+@pytest.mark.slow
+def test_another_user_checks_a_lab_from_the_class_environment(built: Path) -> None:
+    """(6) The class environment (`make class-env`, one per node) serves a user who is not root and
+    builds nothing: the release's `make check`, with DPC_PYTHON set as a hub sets it, fails the
+    unanswered lab 4 and passes the correct answers, the helpers taken from the user's own copy."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the class environment goes under /opt and the check runs as another user")
+    prefix = Path(os.environ.get("DPC_CLASS_PREFIX", "/opt/dp-course"))
+    done = subprocess.run(["make", "-s", "-C", str(ROOT), "class-env", f"PREFIX={prefix}"],
+                          capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"DPC_PYTHON={prefix}/env/bin/python" in done.stdout, done.stdout
+    home = Path(tempfile.mkdtemp(prefix="dpc-class-user-", dir="/tmp"))  # pytest's tmp is root's alone
+    try:
+        home.chmod(0o755)
+        work = home / built.name
+        shutil.copytree(built, work, symlinks=True)
+        notebook = work / "labs" / lab4.LAB / lab4.RELEASE.name
+        user = pwd.getpwnam("nobody")
+        for path in [home, *home.rglob("*")]:
+            os.chown(path, user.pw_uid, user.pw_gid, follow_symlinks=False)
+        cmd = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
+               "env", "-i", f"HOME={home}", "PATH=/usr/bin:/bin", f"DPC_PYTHON={prefix}/env/bin/python",
+               "make", "-C", str(work), "check", f"LAB={lab4.LAB}"]
+        unanswered = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
+        out = unanswered.stdout + unanswered.stderr
+        assert f"{prefix}/env/bin/python -m dpc_runtime.check" in out and "setup.sh" not in out, out
+        assert unanswered.returncode != 0 and "0 / 14 visible points" in out, out
+        notebook.write_text(json.dumps(submission(notebook, lab4.CORRECT)))
+        answered = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
+        assert answered.returncode == 0 and "14 / 14 visible points" in answered.stdout, \
+            answered.stdout + answered.stderr
+        assert not (work / ".venv").exists()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -3,8 +3,11 @@ network, its limits, and that nothing it starts outlives it. Each test runs a sm
 real bubblewrap sandbox (seconds); the grading tests run whole labs in it."""
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -200,3 +203,23 @@ def test_tmp_and_shm_are_sized_and_usable(tmp_path):
                "print(q.get())\n", tmp_path, tmp_size=32 << 20)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(32 << 20), str(32 << 20), "queued"]
+
+
+def test_an_environment_under_tmp_stays_visible(tmp_path, monkeypatch):
+    """An environment that lives under /tmp (a hub's, a conda one) is bound after the sandbox's own
+    /tmp, so the self-check can start its Python; /tmp stays the sandbox's, writable by anyone."""
+    env = Path(tempfile.mkdtemp(prefix="dpc-env-", dir="/tmp")) / "env"
+    try:
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
+        env.parent.chmod(0o755)
+        monkeypatch.setattr(sys, "prefix", str(env))  # as when that environment runs the check
+        sandbox.hand_over(tmp_path)
+        code = "import os, sys; open('/tmp/mine', 'w').write('ok'); print(sys.prefix, oct(os.stat('/tmp').st_mode))"
+        argv = sandbox.bwrap_argv([str(env / "bin" / "python"), "-c", code], writable=[tmp_path],
+                                  env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, cwd=tmp_path)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == [str(env), "0o41777"]
+        assert not Path("/tmp/mine").exists() or Path("/tmp/mine").read_text() != "ok"
+    finally:
+        shutil.rmtree(env.parent, ignore_errors=True)

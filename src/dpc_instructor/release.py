@@ -57,6 +57,7 @@ INCLUDE = [
     "course.yml",          # the manifest: each notebook's chapter/lab, parameters, ranks, slow cells
     "nbgrader_config.py",  # per-cell time limits of the self-check (read from course.yml)
     "pyproject.toml", "requirements.txt", "environment.yml",
+    "requirements-hub.txt",  # the class environment of a hub (src/dpc_setup/class_env.sh)
 ]
 # The self-check: must be in the release (its folder ships; this says it must not be empty of it).
 REQUIRED = ["src/dpc_runtime/check.py", "src/dpc_runtime/sandbox.py"]

@@ -5,12 +5,15 @@
 # A second run only checks a stamp and returns in about a second.
 # Variables: PYTHON (default python3), DPC_HOROVOD=0 to skip Horovod, DPC_CACHE for the wheel cache,
 # DPC_GPU=1/0 to force/skip the GPU extras (default: on when `nvidia-smi -L` lists a GPU).
+# DPC_VENV=folder builds that environment instead of .venv, with the pins of DPC_EXTRA_REQUIREMENTS
+# too and without the course's packages (the class environment: src/dpc_setup/class_env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-python3}
-VENV=.venv
+VENV=${DPC_VENV:-.venv}
+EXTRA=${DPC_EXTRA_REQUIREMENTS:-}
 STAMP=$VENV/.dpc-setup
-LOG=build/setup.log
+LOG=${DPC_SETUP_LOG:-build/setup.log}
 mkdir -p build
 
 bash src/dpc_setup/system.sh  # bubblewrap, slurm-wlm, munge (only what is missing; see the script)
@@ -25,10 +28,10 @@ GPU=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then GPU=1; fi
 GPU=${DPC_GPU:-$GPU}
 
-WANT=$(cat requirements.txt pyproject.toml src/dpc_setup/setup.sh src/dpc_setup/horovod/build.sh src/dpc_setup/horovod/patches/*.patch \
+WANT=$(cat requirements.txt $EXTRA pyproject.toml src/dpc_setup/setup.sh src/dpc_setup/horovod/build.sh src/dpc_setup/horovod/patches/*.patch \
        | sha256sum | cut -c1-16)-hvd${DPC_HOROVOD:-1}-gpu$GPU
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ]; then
-  echo "setup: .venv is up to date"
+  echo "setup: $VENV is up to date"
   exit 0
 fi
 
@@ -38,7 +41,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 echo "setup: installing the pinned packages (first time: a few minutes, about 3 GB; log in $LOG)"
-if ! "$VENV/bin/python" -m pip install -r requirements.txt >"$LOG" 2>&1; then
+if ! "$VENV/bin/python" -m pip install -r requirements.txt ${EXTRA:+-r "$EXTRA"} >"$LOG" 2>&1; then
   grep -v "^WARNING: Location" "$LOG" | tail -n 30 >&2
   echo "setup: pip install failed (see $LOG)" >&2
   exit 1
@@ -49,7 +52,11 @@ if [ "$GPU" = 1 ]; then
   "$VENV/bin/python" -m pip install "${TF_PIN/==/[and-cuda]==}" >>"$LOG" 2>&1 \
     || { tail -n 30 "$LOG" >&2; echo "setup: installing TensorFlow's CUDA libraries failed (see $LOG)" >&2; exit 1; }
 fi
-"$VENV/bin/python" -m pip install --no-deps -e . >>"$LOG" 2>&1
+# The course's packages, editable, in .venv; a class environment takes them from each user's own copy
+# of the course instead (its Makefile puts <course>/src on PYTHONPATH).
+if [ -z "${DPC_VENV:-}" ]; then
+  "$VENV/bin/python" -m pip install --no-deps -e . >>"$LOG" 2>&1
+fi
 
 if [ "${DPC_HOROVOD:-1}" != 0 ]; then
   WHEEL=$(src/dpc_setup/horovod/build.sh "$VENV/bin/python" | tee -a "$LOG" | tail -n 1)

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The class environment: one course environment for every user of a node (a JupyterHub class),
+# at PREFIX/env, readable and runnable by all, built from a Python every user can run.
+#
+#   make class-env [PREFIX=/opt/dp-course] [PYTHON=/usr/bin/python3]
+#
+# It holds the pinned packages (requirements.txt), the hub's (requirements-hub.txt: the single-user
+# server and nbgitpuller), Horovod, and console scripts any user can start (jupyter, nbgrader,
+# torchrun, horovodrun). It does not hold the course's own packages: each student's copy of the course
+# is on PYTHONPATH (its Makefile does that; a hub sets it per user, see the instructor README), so a
+# student runs the helpers of the release they pulled. Students' `make lab`/`make check` use it when
+# DPC_PYTHON=PREFIX/env/bin/python is set (the hub sets it) and build nothing.
+# Idempotent (src/dpc_setup/setup.sh's stamp) and safe to start twice at once (a lock in PREFIX).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PREFIX=${1:?usage: class_env.sh PREFIX}
+PYTHON=${PYTHON:-/usr/bin/python3}
+die() { echo "class-env: $*" >&2; exit 1; }
+
+case "$PREFIX" in /*) ;; *) die "PREFIX must be an absolute path (got $PREFIX)";; esac
+command -v "$PYTHON" >/dev/null || die "$PYTHON not found: give PYTHON=<a Python 3.10-3.12 every user can run>"
+PYTHON=$(command -v "$PYTHON")
+# Every user must be able to run the base Python and to walk down to PREFIX.
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+  setpriv --reuid nobody --regid "$(id -g nobody)" --clear-groups "$PYTHON" -c "import venv, ensurepip" 2>/dev/null \
+    || die "$PYTHON cannot be run by other users (or lacks venv/ensurepip): a Python under a private home \
+(pyenv in /root) is not; use the system's (apt-get install python3-venv) with PYTHON=/usr/bin/python3"
+fi
+mkdir -p "$PREFIX"
+chmod a+rx "$PREFIX"
+dir=$PREFIX
+while [ "$dir" != / ]; do
+  dir=$(dirname "$dir")
+  [ "$(( $(stat -c %a "$dir" | sed 's/^.*\(.\)$/\1/') & 1 ))" = 1 ] \
+    || die "$dir is not open to other users (mode $(stat -c %a "$dir")): choose a PREFIX every user can reach"
+done
+
+exec 9>"$PREFIX/.lock"
+flock 9
+umask 022
+mkdir -p build
+DPC_VENV="$PREFIX/env" DPC_EXTRA_REQUIREMENTS=requirements-hub.txt DPC_SETUP_LOG=build/class-env.log \
+  PYTHON="$PYTHON" bash src/dpc_setup/setup.sh
+chmod -R a+rX "$PREFIX/env"
+
+# Proof that another user can use it: the frameworks import and the console scripts start.
+MODULES="torch, tensorflow, nbgrader, jupyterhub, nbgitpuller$([ "${DPC_HOROVOD:-1}" = 0 ] || echo ", horovod.torch")"
+CHECK=("$PREFIX/env/bin/python" -c "import $MODULES")
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+  CHECK=(setpriv --reuid nobody --regid "$(id -g nobody)" --clear-groups env HOME=/tmp "${CHECK[@]}")
+fi
+"${CHECK[@]}" >/dev/null 2>"build/class-env.check" || { cat build/class-env.check >&2; die "the environment does not import as another user"; }
+echo "class-env: $PREFIX/env is ready for every user: DPC_PYTHON=$PREFIX/env/bin/python"
