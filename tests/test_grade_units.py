@@ -112,11 +112,14 @@ def test_find_submissions_statuses(tmp_path):
     (tmp_path / "ok" / "01-input-pipeline").mkdir(parents=True)
     (tmp_path / "ok" / "01-input-pipeline" / "input-pipeline.ipynb").write_text(json.dumps(RELEASE))
     (tmp_path / "ok" / "01-input-pipeline" / "timestamp.txt").write_text("2026-11-20 10:00:00")
+    (tmp_path / "ok" / "01-input-pipeline" / "submission_secret.txt").write_text("8f2a")
+    (tmp_path / "ok" / "01-input-pipeline" / "notes.txt").write_text("not nbgrader's: not kept")
     (tmp_path / "not a name!.ipynb").write_text("[1, 2]")
     (tmp_path / "empty").mkdir()
     (tmp_path / "odd.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code"}, 7]}))
     got = {s.name: s for s in grade.find_submissions(tmp_path, "01-input-pipeline", ["input-pipeline"])}
-    assert got["ok"].status == "graded" and got["ok"].timestamp == b"2026-11-20 10:00:00"
+    assert got["ok"].status == "graded" and got["ok"].kept == {
+        "timestamp.txt": b"2026-11-20 10:00:00", "submission_secret.txt": b"8f2a"}
     assert got["ok"].id == "ok"
     assert got["not a name!"].status == "unreadable notebook input-pipeline.ipynb: no cells"
     assert got["empty"].status == "missing notebook(s): input-pipeline.ipynb"

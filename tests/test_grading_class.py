@@ -132,6 +132,10 @@ def totals(rows) -> dict[str, str]:
     return {r["student"]: r["points"] for r in rows if r["lab"] == LAB and r["cell"] == "(lab total)"}
 
 
+# nbgrader's files beside the late student's notebook (as `nbgrader collect` leaves them)
+HANDED_IN = {"timestamp.txt": "2026-11-24 09:00:00.000000 UTC", "submission_secret.txt": "3f9c2b7d"}
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     work = tmp_path_factory.mktemp("class")
@@ -152,7 +156,7 @@ def graded(tmp_path_factory):
     before = course_rows(course, work)
     late_work = tmp_path_factory.mktemp("late")
     rows2 = grade_all(LAB, {"wrong": {NB: fill(lab4.RELEASE, lab4.CORRECT)},
-                            "late": {NB: fill(lab4.RELEASE, lab4.CORRECT)}}, late_work, course=course)
+                            "late": {NB: fill(lab4.RELEASE, lab4.CORRECT), **HANDED_IN}}, late_work, course=course)
     after = course_rows(course, work)
     return {"rows1": rows1, "rows2": rows2, "daemons": daemons, "before": before, "after": after,
             "course": course, "work": work, "host": (host, host_state())}
@@ -205,12 +209,18 @@ def test_a_late_batch_changes_only_its_own_students(graded):
 
 
 def test_feedback_shows_results_without_hidden_tests(graded, tmp_path):
+    """One page per student and notebook, in nbgrader's feedback layout (with the submission's
+    timestamp and secret beside it, for `nbgrader release_feedback`); no hidden test on any page."""
     out = tmp_path / "feedback"
     done = subprocess.run([sys.executable, "-m", "dpc_instructor.gradebook", "feedback", "--course",
                            str(graded["course"]), "--out", str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    pages = {p.parts[-3]: p.read_text() for p in out.rglob("feedback.html")}
+    pages = {p.parts[-3]: p.read_text() for p in out.glob(f"*/{LAB}/*.html")}
     assert set(pages) == {"victim", "cheat", "vandal", "tamper", "wrong", "late"}
+    assert {p.name for p in out.rglob("*.html")} == {NB.replace(".ipynb", ".html")}
+    for name, text in HANDED_IN.items():  # kept from the submission for nbgrader
+        assert (out / "late" / LAB / name).read_text() == text
+    assert not (out / "victim" / LAB / "submission_secret.txt").exists()
     source = json.loads((ROOT / "solutions" / LAB / NB).read_text())
     hidden = [line.strip() for c in source["cells"] for block in markers.hidden_tests(notebook.source(c))
               for line in block.splitlines() if len(line.strip()) > 12]
@@ -221,8 +231,10 @@ def test_feedback_shows_results_without_hidden_tests(graded, tmp_path):
         text = html.unescape(re.sub(r"<[^>]+>", "", page))
         leaked = [line for line in hidden if line in text]
         assert not leaked, f"feedback of {student} shows hidden tests: {leaked}"
-    assert "failed" in pages["cheat"] and "Score:</b> 4 / 14" in pages["cheat"]
-    assert "Score:</b> 14 / 14" in pages["late"]
+    assert "<span class='score'>4 / 14</span>" in pages["cheat"]
+    failed, passed = pages["cheat"].find("badge failed"), pages["cheat"].find("badge passed")
+    assert 0 < failed < passed, "failed tests come first"
+    assert "<span class='score'>14 / 14</span>" in pages["late"] and "badge failed" not in pages["late"]
 
 
 def test_self_check_exit_code(tmp_path):

@@ -154,6 +154,19 @@ def test_paths_the_notebooks_and_readme_name_are_released(built: Path) -> None:
     assert {"examples/scaling/ddp_worker.py", "slurm/torchrun.sbatch", "src/dpc_setup/setup.sh"} <= named
 
 
+def test_the_student_readme_lists_what_the_chapters_cite(built: Path) -> None:
+    """The chapters cite R1-R5 by number: the student README lists them (README.md's References,
+    the one text of them), and every placeholder of the template is filled."""
+    readme = (built / "README.md").read_text()
+    cited = set()
+    for nb in built.glob("course/*.ipynb"):  # the text, not the pictures' base64
+        text = "".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"])
+        cited |= set(re.findall(r"\bR[1-9]\b", text))
+    assert cited, "the chapters cite their sources"
+    assert all(f"| {r} |" in readme for r in cited), sorted(cited)
+    assert "## References" in readme and "@" not in re.sub(r"\S+@\S+", "", readme)
+
+
 def test_the_branch_clones_to_the_same_tree(built: Path, tmp_path: Path) -> None:
     """(3) Branch `student`: one commit by the release author naming HEAD; a clone: the same tree."""
     assert git("branch", "--format=%(refname:short)", cwd=built).split() == ["student"]

@@ -4,8 +4,9 @@ course's one gradebook.
     python -m dpc_instructor.grade SUBMISSIONS --lab 01-input-pipeline [--course DIR] [--jobs N] [--out CSV]
 
 SUBMISSIONS holds one entry per student, any of:
-    SUBMISSIONS/<student>/<lab>/<notebook>.ipynb     (nbgrader's layout; a timestamp.txt beside it
-                                                       is kept: nbgrader's late-submission rules)
+    SUBMISSIONS/<student>/<lab>/<notebook>.ipynb     (nbgrader's layout; timestamp.txt and
+                                                       submission_secret.txt beside it are kept:
+                                                       late-submission rules, release_feedback)
     SUBMISSIONS/<student>/<notebook>.ipynb
     SUBMISSIONS/<student>.ipynb                      (labs with one notebook)
 The submissions are read, never modified, and only as regular files: a symbolic link, a named
@@ -31,6 +32,7 @@ by --out has one row per student of this run; `make grades` exports the whole co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import difflib
 import hashlib
@@ -64,7 +66,7 @@ class Student:
     name: str
     id: str
     notebooks: dict[str, bytes] = field(default_factory=dict)
-    timestamp: bytes | None = None
+    kept: dict[str, bytes] = field(default_factory=dict)  # gradebook.KEPT files handed in beside them
     status: str = "graded"
     notes: list[str] = field(default_factory=list)
     score: float = 0.0
@@ -170,7 +172,7 @@ def lab_notebooks(lab: str) -> list[str]:
 
 
 def _take(st: Student, top: int, entry: str, lab: str, names: list[str], single: bool) -> None:
-    """Read st's notebooks (and timestamp) from the entry `entry` of the open folder top."""
+    """Read st's notebooks (and gradebook.KEPT files) from the entry `entry` of the open folder top."""
     for name in names:
         options = [[entry]] if single else [[entry, lab, f"{name}.ipynb"], [entry, f"{name}.ipynb"]]
         for parts in options:
@@ -179,10 +181,9 @@ def _take(st: Student, top: int, entry: str, lab: str, names: list[str], single:
                 break
             except FileNotFoundError:
                 continue
-    try:
-        st.timestamp = read_regular(top, [entry, lab, "timestamp.txt"], MAX_STAMP) if not single else None
-    except FileNotFoundError:
-        st.timestamp = None
+    for kept in gradebook.KEPT if not single else ():
+        with contextlib.suppress(FileNotFoundError):
+            st.kept[kept] = read_regular(top, [entry, lab, kept], MAX_STAMP)
 
 
 def find_submissions(folder: Path, lab: str, names: list[str]) -> list[Student]:
@@ -209,7 +210,7 @@ def find_submissions(folder: Path, lab: str, names: list[str]) -> list[Student]:
                 _take(st, top, entry, lab, names, single)
             except Refused as why:
                 st.status = f"not graded: {shown(str(why))}"
-                st.notebooks, st.timestamp = {}, None
+                st.notebooks, st.kept = {}, {}
                 students.append(st)
                 continue
             missing = [n for n in names if n not in st.notebooks]
@@ -234,7 +235,7 @@ def find_submissions(folder: Path, lab: str, names: list[str]) -> list[Student]:
             first = kept[st.id]
             first.status = (f"not graded: handed in twice (a folder and a notebook named "
                             f"{first.name}): keep one")
-            first.notebooks, first.timestamp = {}, None
+            first.notebooks, first.kept = {}, {}
         else:
             kept[st.id] = st
     return list(kept.values())
@@ -426,7 +427,7 @@ def _grade_one(st: Student, run: Run) -> Student:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _autograde(run: Run, scratch: Path, sid: str, notebooks: dict[str, dict], timestamp: bytes | None,
+def _autograde(run: Run, scratch: Path, sid: str, notebooks: dict[str, dict], kept: dict[str, bytes],
                config: str) -> sandbox.Outcome:
     """Run nbgrader's autograde of these notebooks for student sid in the job folder scratch (a
     copy of the template), sandboxed; `config`: the job's lines for nbgrader_hooks (the judge's)."""
@@ -439,8 +440,8 @@ def _autograde(run: Run, scratch: Path, sid: str, notebooks: dict[str, dict], ti
     dest.mkdir(parents=True)
     for name, nb in notebooks.items():
         (dest / f"{name}.ipynb").write_text(json.dumps(nb))
-    if timestamp is not None:
-        (dest / "timestamp.txt").write_bytes(timestamp)
+    for name, data in kept.items():
+        (dest / name).write_bytes(data)
     home, khome = scratch / "home", scratch / "kernel-home"
     for d in (home, khome, scratch / "runtime", scratch / "share", scratch / "autograded"):
         d.mkdir()
@@ -488,7 +489,7 @@ def reference(run: Run) -> None:
         try:
             records = scratch / "records.json"
             done = _autograde(run, scratch, "reference", {n: json.loads(d) for n, d in sources.items()},
-                              None, nbgrader_hooks.job_config(record_to=records))
+                              {}, nbgrader_hooks.job_config(record_to=records))
             failed = None if done.code == 0 else why_failed(done.output, done.code, run.limits)
             if failed is None:
                 from nbgrader.api import Gradebook
@@ -517,7 +518,7 @@ def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
         st.notes += [f"{name}: {n}" for n in notes]
         notebooks[name] = nb
     start = time.monotonic()
-    done = _autograde(run, scratch, st.id, notebooks, st.timestamp,
+    done = _autograde(run, scratch, st.id, notebooks, st.kept,
                       nbgrader_hooks.job_config(reference=scratch / REFERENCE))
     code, out = done.code, done.output
     st.seconds = time.monotonic() - start

@@ -6,9 +6,10 @@
 The course folder (default build/course; `COURSE=...` with make) is an nbgrader course:
     gradebook.db               nbgrader's gradebook (all labs, all students)
     source/<lab>/, release/    the labs as last graded
-    submitted/<student>/<lab>/ what each student handed in, as graded last
+    submitted/<student>/<lab>/ what each student handed in, as graded last (with KEPT files)
     autograded/<student>/<lab>/the graded notebooks
     status.json                per student and lab: how the last grading went (and notes)
+    feedback/<student>/<lab>/  `make feedback`'s pages, <notebook>.html (nbgrader's layout)
     names.json                 per grader id: the student's name as handed in (shown in CSVs and feedback)
     jobs/                      scratch of runs in progress (one folder per student being graded)
 Changes happen under a file lock (`.lock`), so grading runs may overlap without corrupting it.
@@ -35,6 +36,9 @@ from dpc_runtime import notebook, sandbox  # sandbox.run_limited runs every nbgr
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 DEFAULT = ROOT / "build" / "course"
+# nbgrader's files beside a submission (nbgrader's layout only), kept with it in the course: the time
+# handed in (late-submission rules) and the secret `nbgrader release_feedback` names feedback by.
+KEPT = ("timestamp.txt", "submission_secret.txt")
 
 
 def nbgrader_course(folder: Path, lab: str, write_source: bool = True) -> None:
@@ -237,7 +241,9 @@ class Course:
         return len({r["grader_id"] for r in rows})
 
     def feedback(self, out: Path) -> list[Path]:
-        """Per student and lab, an HTML page: what passed, what failed; hidden tests removed."""
+        """Per student, lab and notebook, an HTML page in nbgrader's feedback layout
+        (out/<student>/<lab>/<notebook>.html, the submission's KEPT files beside it, so that
+        `nbgrader release_feedback` can hand it back): what passed, what failed; hidden tests removed."""
         from nbgrader.api import Gradebook, MissingEntry
 
         written = []
@@ -250,11 +256,19 @@ class Course:
                         sub = gb.find_submission(lab, sid)
                     except MissingEntry:
                         sub = None
-                    page = out / sid / lab / "feedback.html"
-                    page.parent.mkdir(parents=True, exist_ok=True)
-                    page.write_text(feedback_page(names.get(sid, sid), lab, st, sub, folder),
-                                    encoding="utf-8")
-                    written.append(page)
+                    dest = out / sid / lab
+                    dest.mkdir(parents=True, exist_ok=True)
+                    for kept in KEPT:
+                        handed = self.root / "submitted" / sid / lab / kept
+                        if handed.is_file():
+                            shutil.copyfile(handed, dest / kept)
+                    for nb_name in sorted(p.stem for p in (self.root / "source" / lab).glob("*.ipynb")):
+                        grades = {g.name: g for nb in (sub.notebooks if sub is not None else [])
+                                  if nb.name == nb_name for g in nb.grades}
+                        page = dest / f"{nb_name}.html"
+                        page.write_text(feedback_page(names.get(sid, sid), lab, st, sub, grades,
+                                                      folder / f"{nb_name}.ipynb"), encoding="utf-8")
+                        written.append(page)
         return written
 
 
@@ -276,28 +290,55 @@ def scrub(nb: dict, test_ids: set[str]) -> dict:
     return nb
 
 
-def feedback_page(student: str, lab: str, st: dict, sub, folder: Path) -> str:
-    """The HTML feedback of one student's lab: a table of test cells, then the graded notebook."""
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 60em;
+       padding: 0 1em; color: #1f2328; }
+.summary { display: flex; gap: 2em; align-items: baseline; padding: 1em 1.5em; border-radius: 8px;
+           background: #f6f8fa; border-left: 6px solid var(--tone); }
+.summary .score { font-size: 2em; font-weight: 600; }
+table.tests { border-collapse: collapse; margin: 1.5em 0; width: 100%; }
+table.tests th, table.tests td { text-align: left; padding: .45em .8em; border-bottom: 1px solid #d0d7de; }
+.badge { display: inline-block; padding: .1em .6em; border-radius: 1em; font-size: .85em; color: white; }
+.failed { background: #cf222e; } .passed { background: #1a7f37; } .manual { background: #9a6700; }
+.notes { color: #57606a; }
+"""
+TONE = {"passed": "#1a7f37", "failed": "#cf222e", "manual": "#9a6700"}
+
+
+def feedback_page(student: str, lab: str, st: dict, sub, grades: dict, graded: Path) -> str:
+    """The HTML feedback of one student's notebook of a lab: score, the test cells (failed first),
+    then the graded notebook (hidden tests cut)."""
     import nbformat
     from nbconvert import HTMLExporter
 
-    grades = {g.name: g for nb in (sub.notebooks if sub is not None else []) for g in nb.grades}
+    def result(g) -> str:
+        return "manual" if g.needs_manual_grade else "passed" if g.score == g.max_score else "failed"
+
+    order = {"failed": 0, "manual": 1, "passed": 2}
     rows = "".join(
-        f"<tr><td>{html.escape(name)}</td><td>{g.score:g} / {g.max_score:g}</td><td>"
-        f"{'needs manual grading' if g.needs_manual_grade else 'passed' if g.score == g.max_score else 'failed'}"
-        f"</td></tr>" for name, g in grades.items())
-    total = f"{sub.score:g} / {sub.max_score:g}" if sub is not None else "not graded"
-    head = (f"<h1>{html.escape(lab)}: {html.escape(student)}</h1><p><b>Score:</b> {total}<br>"
-            f"<b>Status:</b> {html.escape(st['status'])}</p>"
-            + (f"<p><b>Notes:</b> {html.escape('; '.join(st['notes']))}</p>" if st.get("notes") else "")
-            + f"<table border=1 cellpadding=4><tr><th>test</th><th>points</th><th>result</th></tr>{rows}</table>")
-    bodies = []
-    for path in sorted(folder.glob("*.ipynb")) if folder.is_dir() else []:
-        nb = scrub(json.loads(path.read_text()), set(grades))
+        f"<tr><td><span class='badge {result(g)}'>{'needs manual grading' if result(g) == 'manual' else result(g)}"
+        f"</span></td><td>{html.escape(name)}</td><td>{g.score:g} / {g.max_score:g}</td></tr>"
+        for name, g in sorted(grades.items(), key=lambda kv: (order[result(kv[1])], kv[0])))
+    score = sum(g.score for g in grades.values())
+    most = sum(g.max_score for g in grades.values())
+    failed = sum(result(g) == "failed" for g in grades.values())
+    tone = TONE["failed" if failed or sub is None else "manual" if any(
+        result(g) == "manual" for g in grades.values()) else "passed"]
+    total = f"{score:g} / {most:g}" if sub is not None else "not graded"
+    head = (f"<h1>{html.escape(lab)}: {html.escape(graded.stem)}</h1>"
+            f"<div class='summary' style='--tone: {tone}'><span class='score'>{total}</span>"
+            f"<span><b>{html.escape(student)}</b><br>{failed} test(s) failed &middot; "
+            f"{html.escape(st['status'])}</span></div>"
+            + (f"<p class='notes'><b>Notes:</b> {html.escape('; '.join(st['notes']))}</p>" if st.get("notes") else "")
+            + (f"<table class='tests'><tr><th>result</th><th>test</th><th>points</th></tr>{rows}</table>"
+               if rows else ""))
+    body = ""
+    if graded.is_file():
+        nb = scrub(json.loads(graded.read_text()), set(grades))
         body, _ = HTMLExporter(template_name="basic").from_notebook_node(
             nbformat.reads(json.dumps(nb), as_version=4))
-        bodies.append(f"<h2>{html.escape(path.name)}</h2>{body}")
-    return f"<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>{head}{''.join(bodies)}</body></html>"
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(lab)}: "
+            f"{html.escape(student)}</title><style>{STYLE}</style></head><body>{head}{body}</body></html>")
 
 
 def main(argv: list[str] | None = None) -> int:

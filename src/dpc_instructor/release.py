@@ -253,7 +253,17 @@ def student_readme(stage: Path) -> str:
     labs = "\n".join(f"| `{p.relative_to(stage)}` | {first_heading(p)} | `make check LAB={p.parent.name}` |"
                      for p in sorted((stage / "labs").glob("*/*.ipynb")))
     text = (TEMPLATES / "README.md").read_text()
-    return text.replace("@CHAPTERS@", chapters).replace("@LABS@", labs)
+    return (text.replace("@CHAPTERS@", chapters).replace("@LABS@", labs)
+            .replace("@REFERENCES@", readme_section("References")))
+
+
+def readme_section(title: str) -> str:
+    """The section `## title` of the course's README.md, heading included (the one text of it)."""
+    text = (ROOT / "README.md").read_text()
+    found = re.search(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", text, re.M | re.S)
+    if found is None:
+        raise ReleaseError(f"README.md has no section '## {title}'")
+    return found.group(0).rstrip()
 
 
 def release_env(date: str | None = None) -> dict[str, str]:
