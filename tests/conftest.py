@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 # Files that take minutes (each grades a lab in several notebooks, or runs a chapter), longest first.
-# (measured with --durations on a 2-core machine: lab 6 about 200 s, lab 7 170, lab 1 150, ...)
-FIRST = tuple(f"tests/test_grading_{name}.py" for name in (
+# (measured with --durations on a 2-core machine: lab 6 about 200 s, lab 7 170, lab 1 150, ...);
+# the classroom first of all: it builds the class environment (make class-env) that test_release uses.
+FIRST = ("tests/test_classroom.py",) + tuple(f"tests/test_grading_{name}.py" for name in (
     "06_horovod", "07_ddp_syncbn", "01_input_pipeline", "09_zero", "05_ring_allreduce",
     "02_mirrored_strategy", "class", "intake", "04_manual_towers")) + (
     "tests/test_grading_", "build/nbtest/", "tests/test_release.py")
