@@ -1,11 +1,13 @@
 """MirroredStrategy benchmark: one device vs N devices at the same and at N times the global batch.
 
-The seed's experiment (MobileNetV2, 1 GPU at batch 64 vs 4 GPUs at global batch 64 and 256) on
-this machine's devices, with a small MobileNetV2-style model and generated images. Devices come
-from helpers.tf_devices: real GPUs when there are enough, logical GPUs carved from one GPU, else
-logical CPU devices that share the same cores (expect no speed-up there: the ratios then show the
-overhead of replication, not a gain). The three set-ups run interleaved, REPEAT times, after one
-warm-up epoch each; the script prints median epoch times and ratios. Nothing is asserted.
+The experiment of R1, "单机多卡训练: MirroredStrategy" ("One machine, many GPUs: MirroredStrategy",
+from 简单粗暴 TensorFlow 2; see README's References): MobileNetV2, 1 GPU at batch 64 vs 4 GPUs at
+global batch 64 and 256, here on this machine's devices, with a small MobileNetV2-style model and
+generated images. Devices come from helpers.tf_devices: real GPUs when there are enough, logical
+GPUs carved from one GPU, else logical CPU devices that share the same cores (expect no speed-up
+there: the ratios then show the overhead of replication, not a gain). The three set-ups run
+interleaved, REPEAT times, after one warm-up epoch each; the script prints median epoch times and
+ratios. Nothing is asserted.
 
     python benchmarks/mirrored.py [--devices 4] [--samples 512] [--repeat 3] [--quick] [--json PATH]
 """
