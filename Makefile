@@ -113,3 +113,12 @@ class-env:
 
 clean:
 	rm -rf build course/runs solutions/*/runs
+
+# `make classroom-test [CLASSROOM_LAB=05-ring-allreduce|all] [CLASSROOM_ARGS="--students 3 --keep"]`: a real
+# JupyterHub class on this machine (src/dpc_maintainer/classroom.py; root, apt, npm): students in Chromium,
+# nbgrader's exchange, the course's grader, feedback, tear-down; prints a timeline, screenshots in build/classroom/.
+.PHONY: classroom-test
+CLASSROOM_LAB ?= 05-ring-allreduce
+CLASSROOM_ARGS ?=
+classroom-test: setup
+	$(PY) -m dpc_maintainer.classroom --lab "$(CLASSROOM_LAB)" $(CLASSROOM_ARGS)

@@ -1,0 +1,82 @@
+"""JupyterHub config of a class on one node: the one `make classroom-test` runs and instructors copy.
+
+    jupyterhub -f src/dpc_instructor/hub/jupyterhub_config.py      (as root, in the hub's state folder)
+
+Users log in with their Linux accounts (PAM); each user's JupyterLab runs as that user, from the
+class environment (`make class-env`), in a cgroup with CPU, memory and process limits
+(dpc_instructor.hub.spawner). Everything that differs between nodes comes from the environment:
+
+    DPC_CLASS_ENV        the class environment (default /opt/dp-course/env)
+    DPC_COURSE_FOLDER    the folder the nbgitpuller link clones into each home (default dp-course-student):
+                         its src/ is on the users' PYTHONPATH (the helpers of the release they pulled)
+    DPC_HUB_IP, DPC_HUB_PORT         where students connect (default 127.0.0.1:8000; put TLS in front)
+    DPC_HUB_API_PORT, DPC_PROXY_API_PORT   the hub's and the proxy's API ports (default 8081, 8001)
+    DPC_CHP              configurable-http-proxy (default the one src/dpc_setup/hub.sh installs)
+    DPC_HUB_STATE        folder of the hub's database, cookie secret and pid files (default: cwd)
+    DPC_HUB_USERS        who may log in, comma-separated (default: members of DPC_HUB_GROUP, dp-course)
+    DPC_HUB_ADMINS       hub admins, comma-separated (default none)
+    DPC_HUB_CPU, DPC_HUB_MEM, DPC_HUB_PIDS   per-user limits (default 2 cores, 4G, 1024 tasks)
+    DPC_HUB_CGROUP       the folder of the users' cgroups (default dp-course-hub)
+"""
+import os
+import pwd
+import sys
+from pathlib import Path
+
+c = get_config()  # type: ignore[name-defined]  # noqa: F821 (JupyterHub's config loader provides it)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # src/: dpc_instructor.hub.spawner
+from dpc_instructor.hub.spawner import CgroupSpawner  # noqa: E402
+
+ENV = Path(os.environ.get("DPC_CLASS_ENV", "/opt/dp-course/env"))
+COURSE_FOLDER = os.environ.get("DPC_COURSE_FOLDER", "dp-course-student")
+STATE = Path(os.environ.get("DPC_HUB_STATE", os.getcwd()))
+CHP = os.environ.get("DPC_CHP", str(Path.home() / ".cache/dp-course/hub/npm/node_modules/.bin/configurable-http-proxy"))
+
+# Where the hub listens: loopback unless told (a real node puts a TLS proxy or DPC_HUB_IP in front).
+c.JupyterHub.ip = os.environ.get("DPC_HUB_IP", "127.0.0.1")
+c.JupyterHub.port = int(os.environ.get("DPC_HUB_PORT", "8000"))
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = int(os.environ.get("DPC_HUB_API_PORT", "8081"))
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{os.environ.get('DPC_PROXY_API_PORT', '8001')}"
+c.ConfigurableHTTPProxy.command = [CHP]
+c.ConfigurableHTTPProxy.pid_file = str(STATE / "jupyterhub-proxy.pid")
+c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(STATE / "jupyterhub_cookie_secret")
+c.JupyterHub.pid_file = str(STATE / "jupyterhub.pid")
+c.JupyterHub.cleanup_servers = True  # the servers stop with the hub
+c.JupyterHub.cleanup_proxy = True
+
+# Who: Linux accounts through PAM.
+c.JupyterHub.authenticator_class = "pam"
+users = {u for u in os.environ.get("DPC_HUB_USERS", "").split(",") if u}
+if users:
+    c.Authenticator.allowed_users = users
+else:
+    c.PAMAuthenticator.allowed_groups = {os.environ.get("DPC_HUB_GROUP", "dp-course")}
+c.Authenticator.admin_users = {u for u in os.environ.get("DPC_HUB_ADMINS", "").split(",") if u}
+
+# Each user's server: JupyterLab of the class environment, as that user, in a limited cgroup.
+c.JupyterHub.spawner_class = CgroupSpawner
+c.Spawner.cmd = [str(ENV / "bin" / "jupyterhub-singleuser")]
+c.Spawner.default_url = "/lab"
+c.Spawner.cpu_limit = float(os.environ.get("DPC_HUB_CPU", "2"))
+c.Spawner.mem_limit = os.environ.get("DPC_HUB_MEM", "4G")
+c.CgroupSpawner.pids_limit = int(os.environ.get("DPC_HUB_PIDS", "1024"))
+c.CgroupSpawner.cgroup_parent = os.environ.get("DPC_HUB_CGROUP", "dp-course-hub")
+c.Spawner.start_timeout = 180  # a loaded node starts servers slowly
+c.Spawner.http_timeout = 180
+
+
+def _pythonpath(spawner: object) -> str:
+    """The user's copy of the course's packages (src/ of the folder the nbgitpuller link made)."""
+    return str(Path(pwd.getpwnam(spawner.user.name).pw_dir) / COURSE_FOLDER / "src")  # type: ignore[attr-defined]
+
+
+# Kernels, terminals and `make check` of the release use the class environment (DPC_PYTHON: the
+# student Makefile's PY), its console scripts first on the PATH (jupyter, nbgrader, torchrun, horovodrun).
+c.Spawner.environment = {
+    "DPC_PYTHON": str(ENV / "bin" / "python"),
+    "PATH": f"{ENV / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+    "PYTHONPATH": _pythonpath,
+}

@@ -1,0 +1,815 @@
+"""A real class on a real JupyterHub on this machine, used in a browser, graded, torn down (`make classroom-test`).
+
+    python -m dpc_maintainer.classroom [--lab 05-ring-allreduce|all] [--students N] [--keep]
+
+As root, with apt (chromium) and npm: src/dpc_setup/hub.sh (chromium, the proxy, the hub's own
+environment), the class environment (`make class-env`), N student accounts and an instructor with
+random passwords, the student release served by `git daemon` on loopback, a JupyterHub with
+PAM logins and per-user cgroups (src/dpc_instructor/hub/jupyterhub_config.py) on free loopback ports.
+Then, per lab: the instructor releases the assignment into an nbgrader exchange; every student logs
+in in Chromium (Playwright driving /usr/bin/chromium), clicks the nbgitpuller link, gets the lab's
+answer cells from the reference solution through their own Jupyter server (odd students; even ones
+hand in the lab unfilled), all press Run All at the same time and save; they submit with nbgrader,
+the instructor collects, the course's grader grades (sandboxed) and the CSV must give full marks to
+the filled notebook and 0 to the unfilled one; feedback goes back through nbgrader
+(release_feedback, fetch_feedback) and each student opens their own page in the browser (HTTP 200)
+and is refused a classmate's. Tear-down (also on failure or Ctrl-C, unless --keep) stops the hub,
+proxy, servers and git daemon, removes the users, homes, cgroups and exchange, and checks that no
+process of those users is left and every port is closed.
+
+It prints a timeline (seconds per step) and exits 1 on the first failed step (2 when the machine
+cannot run it: not root, no apt or npm). Logs and screenshots: build/classroom/<run>/.
+The browser part runs in the hub's environment (Playwright is not in the course's): this module is
+started there again as `... classroom --browser work|feedback --plan FILE`.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build" / "classroom"
+COURSE_ID = "dp-course"
+FOLDER = "dp-course-student"  # the release's folder name: what nbgitpuller clones into each home
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+DEFAULT_LAB = "05-ring-allreduce"
+# Deadlines (seconds) of the waits: generous, for a loaded 2-core machine; every wait ends on an event.
+SPAWN_S = 300
+RUN_ALL_S = 900
+COMMAND_S = 900
+
+
+class StepFailed(RuntimeError):
+    """A step of the run failed; the message says which and why."""
+
+
+def unavailable() -> str:
+    """Why a classroom cannot run on this machine ('' when it can): root, apt or chromium, npm, git."""
+    if os.geteuid() != 0:
+        return "not root (users, cgroups and PAM logins need root)"
+    if not Path(CHROMIUM).exists() and not shutil.which("apt-get"):
+        return "no chromium and no apt-get to install it"
+    if not shutil.which("npm") and not (Path.home() / ".cache/dp-course/hub/npm/node_modules/.bin").is_dir():
+        return "no npm (configurable-http-proxy is an npm package)"
+    for tool in ("git", "useradd", "node"):
+        if not shutil.which(tool):
+            return f"no {tool}"
+    return ""
+
+
+# ---------------------------------------------------------------- the timeline
+
+
+@dataclass
+class Timeline:
+    """Steps with their seconds, printed as they end."""
+
+    steps: list[tuple[str, float, str]] = field(default_factory=list)
+    start: float = field(default_factory=time.monotonic)
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Time one step; a failure is recorded, printed and raised as StepFailed."""
+        t0 = time.monotonic()
+        print(f"classroom: {name} ...", flush=True)
+        try:
+            yield
+        except BaseException as e:
+            dt = time.monotonic() - t0
+            why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"FAILED: {e}"
+            self.steps.append((name, dt, why))
+            print(f"classroom: [{dt:7.1f} s] {name}: {why}", flush=True)
+            if isinstance(e, (StepFailed, KeyboardInterrupt)):
+                raise
+            raise StepFailed(f"{name}: {e}") from e
+        dt = time.monotonic() - t0
+        self.steps.append((name, dt, "ok"))
+        print(f"classroom: [{dt:7.1f} s] {name}: ok", flush=True)
+
+    def report(self) -> str:
+        """The timeline as a table with the total."""
+        lines = ["", "classroom timeline:"]
+        lines += [f"  {dt:7.1f} s  {name}{'' if how == 'ok' else '  (' + how + ')'}" for name, dt, how in self.steps]
+        lines.append(f"  {time.monotonic() - self.start:7.1f} s  total")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- small tools
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    """True when something accepts connections on 127.0.0.1:port."""
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_for(what: str, ready: Any, timeout: float, alive: Any = None) -> None:
+    """Poll ready() until it is true; StepFailed after timeout or when alive() says the server died."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if alive is not None and not alive():
+            raise StepFailed(f"{what}: the process ended")
+        if time.monotonic() > deadline:
+            raise StepFailed(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.2)  # polling an event (a port, a URL) with a deadline, not a fixed wait
+
+
+def http_status(url: str) -> int:
+    """The HTTP status of GET url (0 when nothing answers)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except OSError:
+        return 0
+
+
+def run(cmd: list[str], what: str, log: Path, timeout: float = COMMAND_S, **kw: Any) -> str:
+    """Run a command, its output appended to log; StepFailed with the output's tail when it fails."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+    except subprocess.TimeoutExpired as e:
+        raise StepFailed(f"{what}: no result within {timeout:.0f} s") from e
+    with log.open("a") as f:
+        f.write(f"$ {' '.join(cmd)}\n{p.stdout}{p.stderr}\n")
+    if p.returncode != 0:
+        tail = "\n".join((p.stdout + p.stderr).strip().splitlines()[-15:])
+        raise StepFailed(f"{what}: exit {p.returncode}\n{tail}")
+    return p.stdout
+
+
+@dataclass
+class Account:
+    """A Linux account of the class."""
+
+    name: str
+    password: str
+    home: str
+    uid: int = 0
+    gid: int = 0
+    filled: bool = True  # a student who fills the answers (the other hands in the lab unfilled)
+
+
+def processes_of(uids: set[int]) -> list[int]:
+    """Pids of live processes owned by any of uids."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            st = (d / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in st.splitlines() if ":" in line)
+        if fields.get("State", "").strip().startswith("Z"):
+            continue
+        if int(fields.get("Uid", "-1 -1").split()[1]) in uids:
+            found.append(int(d.name))
+    return found
+
+
+# ---------------------------------------------------------------- the class
+
+
+class Classroom:
+    """One run: what it brought up (to tear down) and the steps."""
+
+    def __init__(self, labs: list[str], students: int, keep: bool, cpu: str, mem: str) -> None:
+        """Names, ports and folders of this run (nothing is started yet)."""
+        self.labs = labs
+        self.tag = secrets.token_hex(2)
+        self.keep = keep
+        self.cpu, self.mem = cpu, mem
+        self.dir = BUILD / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{self.tag}"
+        self.dir.mkdir(parents=True)
+        (self.dir / "screens").mkdir()
+        self.log = self.dir / "commands.log"
+        self.timeline = Timeline()
+        self.students = [Account(f"dpc-student{i}-{self.tag}", secrets.token_urlsafe(12),
+                                 f"/home/dpc-student{i}-{self.tag}", filled=i % 2 == 1)
+                         for i in range(1, students + 1)]
+        self.instructor = Account(f"dpc-instructor-{self.tag}", secrets.token_urlsafe(12),
+                                  f"/home/dpc-instructor-{self.tag}")
+        self.ports = {"hub": free_port(), "hub-api": free_port(), "proxy-api": free_port(), "git": free_port()}
+        self.cgroup = f"dp-course-hub-{self.tag}"
+        self.exchange = Path(tempfile.mkdtemp(prefix=f"dpc-exchange-{self.tag}-"))
+        self.course = self.dir / "course"  # the grader's course folder (gradebook, feedback)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.made_users: list[Account] = []
+        self.cache = Path()
+        self.class_env = Path(os.environ.get("DPC_CLASS_PREFIX", "/opt/dp-course")) / "env"
+
+    # ---- set-up steps
+
+    def install(self) -> None:
+        """src/dpc_setup/hub.sh: chromium, the proxy, the hub's environment (only what is missing)."""
+        out = run(["bash", str(ROOT / "src/dpc_setup/hub.sh")], "hub.sh", self.log)
+        self.cache = Path(out.strip().splitlines()[-1].split(" in ", 1)[1])
+
+    def ensure_class_env(self) -> None:
+        """The class environment every user runs (`make class-env`; returns at once when built)."""
+        prefix = self.class_env.parent
+        run(["make", "-s", "class-env", f"PREFIX={prefix}"], "make class-env", self.log, cwd=ROOT, timeout=3600)
+        if not (self.class_env / "bin" / "jupyterhub-singleuser").exists():
+            raise StepFailed(f"{self.class_env} has no jupyterhub-singleuser (requirements-hub.txt)")
+
+    def make_accounts(self) -> None:
+        """The students and the instructor: Linux accounts with private homes and random passwords."""
+        for a in [*self.students, self.instructor]:
+            run(["useradd", "--create-home", "--shell", "/bin/bash", "-K", "HOME_MODE=0700", a.name],
+                f"useradd {a.name}", self.log)
+            self.made_users.append(a)
+            run(["chpasswd"], f"chpasswd {a.name}", self.log, input=f"{a.name}:{a.password}\n")
+            pw = pwd.getpwnam(a.name)
+            a.uid, a.gid, a.home = pw.pw_uid, pw.pw_gid, pw.pw_dir
+
+    def serve_release(self) -> None:
+        """The student release (`python -m dpc_instructor.release`) served by git daemon on loopback."""
+        out = self.dir / "release" / FOLDER
+        run([sys.executable, "-m", "dpc_instructor.release", "--out", str(out)], "release", self.log, cwd=ROOT)
+        port = self.ports["git"]
+        with (self.dir / "git-daemon.log").open("wb") as log:
+            self.procs["git daemon"] = subprocess.Popen(
+                ["git", "daemon", "--reuseaddr", "--listen=127.0.0.1", f"--port={port}", "--export-all",
+                 "--informative-errors", f"--base-path={out.parent}", str(out.parent)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        url = f"git://127.0.0.1:{port}/{FOLDER}"
+
+        def listed() -> bool:
+            p = subprocess.run(["git", "ls-remote", url, "student"], capture_output=True, text=True, timeout=30)
+            return p.returncode == 0 and "refs/heads/student" in p.stdout
+
+        wait_for("git daemon", lambda: port_open(port) and listed(), 60,
+                 alive=lambda: self.procs["git daemon"].poll() is None)
+        self.repo = url
+
+    def start_hub(self) -> None:
+        """JupyterHub (PAM, per-user cgroups, the class environment) and its proxy on loopback ports."""
+        state = self.dir / "hub"
+        state.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "JUPYTER"))}
+        env.update({
+            "PATH": f"{self.cache / 'venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+            "DPC_CLASS_ENV": str(self.class_env), "DPC_COURSE_FOLDER": FOLDER, "DPC_HUB_STATE": str(state),
+            "DPC_HUB_PORT": str(self.ports["hub"]), "DPC_HUB_API_PORT": str(self.ports["hub-api"]),
+            "DPC_PROXY_API_PORT": str(self.ports["proxy-api"]),
+            "DPC_CHP": str(self.cache / "npm/node_modules/.bin/configurable-http-proxy"),
+            "DPC_HUB_USERS": ",".join(a.name for a in [*self.students, self.instructor]),
+            "DPC_HUB_ADMINS": self.instructor.name, "DPC_HUB_CGROUP": self.cgroup,
+            "DPC_HUB_CPU": self.cpu, "DPC_HUB_MEM": self.mem, "DPC_HUB_PIDS": "2048",
+        })
+        with (self.dir / "hub.log").open("wb") as log:
+            self.procs["hub"] = subprocess.Popen(
+                [str(self.cache / "venv/bin/jupyterhub"), "-f", str(ROOT / "src/dpc_instructor/hub/jupyterhub_config.py")],
+                cwd=state, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        base = f"http://127.0.0.1:{self.ports['hub']}"
+        try:
+            wait_for("the hub", lambda: http_status(f"{base}/hub/api/") == 200, 120,
+                     alive=lambda: self.procs["hub"].poll() is None)
+        except StepFailed as e:
+            tail = "\n".join((self.dir / "hub.log").read_text(errors="replace").splitlines()[-15:])
+            raise StepFailed(f"{e}\n{tail}") from None
+        self.base = base
+
+    def make_exchange(self) -> None:
+        """nbgrader's exchange (mode 1777) and the instructor's course folder."""
+        self.exchange.chmod(0o1777)
+
+    # ---- per lab
+
+    def as_user(self, a: Account, cmd: list[str], cwd: str, what: str) -> str:
+        """Run a command of the class environment as that user (their home, no root rights)."""
+        env = {"HOME": a.home, "USER": a.name, "LOGNAME": a.name, "LANG": "C.UTF-8",
+               "PATH": f"{self.class_env / 'bin'}:/usr/local/bin:/usr/bin:/bin"}
+        return run(cmd, what, self.log, cwd=cwd, user=a.uid, group=a.gid, extra_groups=[], env=env)
+
+    def nbgrader(self, a: Account, args: list[str], cwd: str) -> str:
+        """`nbgrader ARGS --course dp-course` with this run's exchange, as user a."""
+        return self.as_user(a, [str(self.class_env / "bin/nbgrader"), *args, f"--course={COURSE_ID}",
+                                f"--Exchange.root={self.exchange}"], cwd, f"nbgrader {args[0]} as {a.name}")
+
+    def release_assignment(self, lab: str) -> None:
+        """The instructor puts the student lab in their course's release/ and releases it to the exchange."""
+        course = Path(self.instructor.home) / "course"
+        dest = course / "release" / lab
+        dest.mkdir(parents=True, exist_ok=True)
+        for nb in sorted((ROOT / "labs" / lab).glob("*.ipynb")):
+            shutil.copyfile(nb, dest / nb.name)
+        run(["chown", "-R", f"{self.instructor.uid}:{self.instructor.gid}", str(course)], "chown", self.log)
+        self.nbgrader(self.instructor, ["release_assignment", lab, f"--CourseDirectory.root={course}"], str(course))
+
+    def browser(self, phase: str, lab: str) -> dict[str, Any]:
+        """Run a browser phase (work or feedback) for every student at once in the hub's environment."""
+        plan = {"base": self.base, "repo": self.repo, "lab": lab, "folder": FOLDER,
+                "screens": str(self.dir / "screens"), "profiles": str(self.dir / "profiles"),
+                "students": [asdict(s) for s in self.students],
+                "answers": answers(lab) if phase == "work" else {},
+                "feedback": self.feedback_pages(lab) if phase == "feedback" else {}}
+        plan_file = self.dir / f"plan-{phase}-{lab}.json"
+        plan_file.write_text(json.dumps(plan))
+        plan_file.chmod(0o600)
+        result = self.dir / f"result-{phase}-{lab}.json"
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        env.pop("VIRTUAL_ENV", None)
+        run([str(self.cache / "venv/bin/python"), "-m", "dpc_maintainer.classroom", "--browser", phase,
+             "--plan", str(plan_file), "--result", str(result)], f"browser {phase}", self.log,
+            timeout=SPAWN_S + RUN_ALL_S + 300, env=env, cwd=ROOT)
+        out: dict[str, Any] = json.loads(result.read_text())
+        return out
+
+    def hand_in(self, lab: str) -> None:
+        """Every student submits the notebook they worked on (nbgrader submit, as that student)."""
+        for s in self.students:
+            self.nbgrader(s, ["submit", lab], f"{s.home}/{FOLDER}/labs")
+
+    def collect(self, lab: str) -> Path:
+        """The instructor collects (nbgrader collect); returns their course's submitted/ folder."""
+        course = Path(self.instructor.home) / "course"
+        self.nbgrader(self.instructor, ["collect", lab, f"--CourseDirectory.root={course}"], str(course))
+        submitted = course / "submitted"
+        missing = [s.name for s in self.students if not list((submitted / s.name / lab).glob("*.ipynb"))]
+        if missing:
+            raise StepFailed(f"collect: nothing collected for {', '.join(missing)}")
+        return submitted
+
+    def grade(self, lab: str, submitted: Path) -> None:
+        """The course's grader (sandboxed) on what was collected; filled: full marks, unfilled: 0."""
+        out = self.dir / f"grades-{lab}.csv"
+        run([sys.executable, "-m", "dpc_instructor.grade", str(submitted), "--lab", lab,
+             "--course", str(self.course), "--out", str(out)], f"grade {lab}", self.log, cwd=ROOT, timeout=3600)
+        rows = {r["student"]: r for r in csv.DictReader(out.open())}
+        wrong = []
+        for s in self.students:
+            r = rows.get(s.name)
+            if r is None:
+                wrong.append(f"{s.name}: no row")
+                continue
+            score, top = float(r["score"]), float(r["max_score"])
+            print(f"classroom:   {s.name} ({'filled' if s.filled else 'unfilled'}): {score:g}/{top:g} {r['status']}")
+            if top <= 0 or (score != top if s.filled else score != 0):
+                wrong.append(f"{s.name} ({'filled' if s.filled else 'unfilled'}): {score:g}/{top:g} "
+                             f"{r['status']} {r['notes']}")
+        if wrong:
+            raise StepFailed("grades: " + "; ".join(wrong))
+
+    def give_feedback(self, lab: str) -> None:
+        """`gradebook feedback` (nbgrader's layout), release_feedback, then each student's fetch_feedback."""
+        run([sys.executable, "-m", "dpc_instructor.gradebook", "feedback", "--course", str(self.course)],
+            "gradebook feedback", self.log, cwd=ROOT)
+        for s in self.students:
+            folder = self.course / "feedback" / s.name / lab
+            have = sorted(p.name for p in folder.glob("*")) if folder.is_dir() else []
+            if not any(n.endswith(".html") for n in have) or "submission_secret.txt" not in have:
+                raise StepFailed(f"feedback for {s.name}: {folder} holds {have or 'nothing'} "
+                                 "(nbgrader's layout needs <notebook>.html, timestamp.txt, submission_secret.txt)")
+        run([str(ROOT / ".venv/bin/nbgrader"), "release_feedback", lab, f"--course={COURSE_ID}",
+             f"--Exchange.root={self.exchange}", f"--CourseDirectory.root={self.course}"],
+            "nbgrader release_feedback", self.log, cwd=self.course)
+        for s in self.students:
+            self.nbgrader(s, ["fetch_feedback", lab], f"{s.home}/{FOLDER}/labs")
+
+    def feedback_pages(self, lab: str) -> dict[str, list[str]]:
+        """Per student, the paths (under their home) of the feedback pages fetch_feedback wrote."""
+        pages = {}
+        for s in self.students:
+            found = sorted(Path(s.home, FOLDER, "labs", lab, "feedback").glob("*/*.html"))
+            if not found:
+                raise StepFailed(f"fetch_feedback wrote no page for {s.name}")
+            pages[s.name] = [str(p.relative_to(s.home)) for p in found]
+        return pages
+
+    # ---- the run
+
+    def run_lab(self, lab: str) -> None:
+        """One lab, from the instructor's release to the feedback each student opens."""
+        t = self.timeline
+        with t.step(f"{lab}: instructor releases the assignment (nbgrader exchange)"):
+            self.release_assignment(lab)
+        with t.step(f"{lab}: students log in, click the nbgitpuller link, fill, Run All at once, save"):
+            res = self.browser("work", lab)
+            for name, r in sorted(res.items()):
+                print(f"classroom:   {name}: {json.dumps(r, sort_keys=True)}")
+            bad = [f"{n}: {r['error']}" for n, r in res.items() if r.get("error")]
+            if bad:
+                raise StepFailed("; ".join(bad))
+        with t.step(f"{lab}: students hand in (nbgrader submit)"):
+            self.hand_in(lab)
+        with t.step(f"{lab}: instructor collects (nbgrader collect)"):
+            submitted = self.collect(lab)
+        with t.step(f"{lab}: grade (dpc_instructor.grade, sandboxed)"):
+            self.grade(lab, submitted)
+        with t.step(f"{lab}: feedback (gradebook, release_feedback, fetch_feedback)"):
+            self.give_feedback(lab)
+        with t.step(f"{lab}: students open their feedback, are refused a classmate's"):
+            res = self.browser("feedback", lab)
+            for name, r in sorted(res.items()):
+                print(f"classroom:   {name}: {json.dumps(r, sort_keys=True)}")
+            bad = [f"{n}: {r['error']}" for n, r in res.items() if r.get("error")]
+            if bad:
+                raise StepFailed("; ".join(bad))
+
+    def up_and_run(self) -> None:
+        """Every step in order."""
+        t = self.timeline
+        with t.step("hub.sh (chromium, configurable-http-proxy, the hub's environment)"):
+            self.install()
+        with t.step(f"class environment (make class-env PREFIX={self.class_env.parent})"):
+            self.ensure_class_env()
+        with t.step(f"accounts: {len(self.students)} students and an instructor"):
+            self.make_accounts()
+            self.make_exchange()
+        with t.step("student release, served by git daemon on loopback"):
+            self.serve_release()
+        with t.step("JupyterHub and its proxy up"):
+            self.start_hub()
+        for lab in self.labs:
+            if os.environ.get("DPC_CLASSROOM_UP_ONLY"):  # debugging: the class up, nothing run
+                return
+            self.run_lab(lab)
+
+    # ---- tear-down
+
+    def tear_down(self) -> list[str]:
+        """Stop and remove all this run made; what could not be cleaned (empty when clean)."""
+        problems: list[str] = []
+        hub = self.procs.get("hub")
+        if hub is not None and hub.poll() is None:
+            hub.send_signal(signal.SIGTERM)  # the hub stops the users' servers and the proxy
+            try:
+                hub.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                problems.append("the hub did not stop on SIGTERM: killed")
+                os.killpg(hub.pid, signal.SIGKILL)
+                hub.wait()
+        pid_file = self.dir / "hub" / "jupyterhub-proxy.pid"
+        if pid_file.exists():  # a proxy the hub did not stop
+            with contextlib.suppress(ValueError, ProcessLookupError):
+                os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+        git = self.procs.get("git daemon")
+        if git is not None and git.poll() is None:
+            os.killpg(git.pid, signal.SIGTERM)
+            try:
+                git.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(git.pid, signal.SIGKILL)
+                git.wait()
+        uids = {a.uid for a in self.made_users if a.uid}
+        left = processes_of(uids)
+        if left:
+            problems.append(f"processes of the class still running after the hub stopped: {left} (killed)")
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while processes_of(uids) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the kernel reaping what was killed (a deadline)
+        if processes_of(uids):
+            problems.append(f"processes of the class survive SIGKILL: {processes_of(uids)}")
+        for a in self.made_users:
+            p = subprocess.run(["userdel", "--remove", a.name], capture_output=True, text=True)
+            if p.returncode not in (0, 12):  # 12: mail spool missing, the rest is removed
+                problems.append(f"userdel {a.name}: {p.stderr.strip()}")
+            if Path(a.home).exists():
+                shutil.rmtree(a.home, ignore_errors=True)
+                problems.append(f"{a.home} was left by userdel (removed)")
+        for mount in cgroup_roots():
+            d = mount / self.cgroup
+            if d.exists():
+                for child in sorted(d.iterdir()):
+                    if child.is_dir():
+                        problems.append(f"cgroup {child} was left by the spawner")
+                        with contextlib.suppress(OSError):
+                            child.rmdir()
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+                if d.exists():
+                    problems.append(f"cannot remove cgroup {d}")
+        shutil.rmtree(self.exchange, ignore_errors=True)
+        for name, port in self.ports.items():
+            if port_open(port):
+                problems.append(f"port {port} ({name}) still open")
+        for a in self.made_users:
+            with contextlib.suppress(KeyError):
+                pwd.getpwnam(a.name)
+                problems.append(f"user {a.name} still exists")
+        return problems
+
+
+def cgroup_roots() -> list[Path]:
+    """The mount points of the cgroup hierarchies (v2 and v1) this machine has."""
+    roots = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        f = line.split()
+        if len(f) > 2 and f[2] in ("cgroup", "cgroup2"):
+            roots.append(Path(f[1]))
+    return roots
+
+
+def answers(lab: str) -> dict[str, dict[str, str]]:
+    """Per notebook of the lab, the reference's answer cells (grade id -> the cell's whole source)."""
+    out = {}
+    for nb_path in sorted((ROOT / "solutions" / lab).glob("*.ipynb")):
+        nb = json.loads(nb_path.read_text())
+        cells = {}
+        for c in nb["cells"]:
+            meta = c.get("metadata", {}).get("nbgrader", {})
+            if meta.get("solution") and not meta.get("grade"):
+                src = c["source"]
+                cells[meta["grade_id"]] = src if isinstance(src, str) else "".join(src)
+        out[nb_path.name] = cells
+    return out
+
+
+# ---------------------------------------------------------------- the browser (hub's environment)
+
+
+JS_API = """async ([method, url, body]) => {
+  const m = document.cookie.match(/(?:^|; )_xsrf=([^;]*)/);
+  const headers = {'Content-Type': 'application/json'};
+  if (m) headers['X-XSRFToken'] = decodeURIComponent(m[1]);
+  const r = await fetch(url, {method, headers, credentials: 'same-origin',
+                              body: body === null ? undefined : JSON.stringify(body)});
+  return {status: r.status, text: await r.text()};
+}"""
+JS_PROMPTS = """() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')]
+  .map(e => e.textContent.trim())"""
+
+
+async def _api(page: Any, method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    """A REST call of the user's Jupyter server from their page (their cookies, their XSRF token)."""
+    r = await page.evaluate(JS_API, [method, url, body])
+    try:
+        return int(r["status"]), json.loads(r["text"]) if r["text"] else None
+    except json.JSONDecodeError:
+        return int(r["status"]), r["text"]
+
+
+async def _login(ctx: Any, plan: dict, s: dict) -> Any:
+    """Log in on the hub's page; returns the page once the user's JupyterLab is up."""
+    page = ctx.pages[0] if ctx.pages else await ctx.new_page()
+    await page.goto(f"{plan['base']}/hub/login")
+    if await page.locator("#username_input").count():
+        await page.fill("#username_input", s["name"])
+        await page.fill("#password_input", s["password"])
+        await page.click("#login_submit")
+    else:  # logged in already (this browser's profile has the hub's cookie)
+        await page.goto(f"{plan['base']}/hub/user-redirect/lab")
+    # The user's JupyterLab, or the hub's error (a refused login, a failed spawn): whichever comes first.
+    await page.wait_for_function(
+        "() => location.pathname.includes('/lab') || document.querySelector('div.error, .progress-bar.bg-danger') !== null",
+        timeout=SPAWN_S * 1000, polling=500)
+    if "/lab" not in page.url:
+        text = " ".join((await page.inner_text("body")).split())[:300]
+        raise RuntimeError(f"login/spawn failed at {page.url}: {text}")
+    await page.wait_for_selector("#jp-main-dock-panel", timeout=SPAWN_S * 1000)
+    return page
+
+
+async def _work(ctx: Any, plan: dict, s: dict, start_together: asyncio.Barrier) -> dict[str, Any]:
+    """One student: log in, pull the lab by the link, fill it (or not), Run All, save, check the result."""
+    shots = Path(plan["screens"])
+    lab, folder, name = plan["lab"], plan["folder"], s["name"]
+    res: dict[str, Any] = {"filled": s["filled"]}
+    t0 = time.monotonic()
+    page = await _login(ctx, plan, s)
+    res["login_s"] = round(time.monotonic() - t0, 1)
+    t0 = time.monotonic()
+    link = (f"{plan['base']}/hub/user-redirect/git-pull?repo={plan['repo']}&branch=student"
+            f"&urlpath=lab/tree/{folder}/labs/{lab}")
+    # The link as students get it: on a page, clicked.
+    await page.set_content(f'<a id="lab-link" href="{link}">Lab {lab}</a>')
+    await page.click("#lab-link")
+    await page.wait_for_url(f"**/user/{name}/lab/tree/{folder}/labs/{lab}**", timeout=SPAWN_S * 1000)
+    await page.wait_for_selector(".jp-DirListing-item", timeout=SPAWN_S * 1000)
+    await page.screenshot(path=str(shots / f"{lab}-{name}-1-pulled.png"))
+    res["pull_s"] = round(time.monotonic() - t0, 1)
+    user = f"/user/{name}"
+    # Every cell in the page (no windowing), so that the prompts of all cells can be read.
+    st, _ = await _api(page, "PUT", f"{user}/lab/api/settings/@jupyterlab/notebook-extension:tracker",
+                       {"raw": json.dumps({"windowingMode": "none"})})
+    if st not in (200, 204):
+        raise RuntimeError(f"settings PUT: HTTP {st}")
+    res["notebooks"] = {}
+    for nb_name, cells in plan["answers"].items():
+        path = f"{folder}/labs/{lab}/{nb_name}"
+        if s["filled"]:
+            st, model = await _api(page, "GET", f"{user}/api/contents/{path}?content=1&type=notebook")
+            if st != 200:
+                raise RuntimeError(f"GET {path}: HTTP {st}")
+            nb = model["content"]
+            n = 0
+            for c in nb["cells"]:
+                gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                if gid in cells:
+                    c["source"] = cells[gid]
+                    n += 1
+            if n != len(cells):
+                raise RuntimeError(f"{nb_name}: {n} of {len(cells)} answer cells found in the student's copy")
+            st, _ = await _api(page, "PUT", f"{user}/api/contents/{path}",
+                               {"type": "notebook", "format": "json", "content": nb})
+            if st not in (200, 201):
+                raise RuntimeError(f"PUT {path}: HTTP {st}")
+        await page.goto(f"{plan['base']}{user}/lab/tree/{path}")
+        await page.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=SPAWN_S * 1000)
+        await _kernel_idle(page, user, path, SPAWN_S)
+        await start_together.wait()  # every student presses Run All at the same moment
+        t0 = time.monotonic()
+        await _menu(page, "Run", "Run All Cells")
+        await page.wait_for_function(
+            f"() => ({JS_PROMPTS})().some(p => /[0-9*]/.test(p))", timeout=60_000, polling=200)
+        await page.wait_for_function(
+            f"() => !({JS_PROMPTS})().some(p => p.includes('*'))", timeout=RUN_ALL_S * 1000, polling=500)
+        run_s = round(time.monotonic() - t0, 1)
+        await _kernel_idle(page, user, path, 60)
+        await page.screenshot(path=str(shots / f"{lab}-{name}-2-ran-{Path(nb_name).stem}.png"), full_page=False)
+        _, before = await _api(page, "GET", f"{user}/api/contents/{path}?content=0")
+        await _menu(page, "File", "Save Notebook")
+        deadline = time.monotonic() + 60
+        while True:
+            _, after = await _api(page, "GET", f"{user}/api/contents/{path}?content=1&type=notebook")
+            if after["last_modified"] != before["last_modified"]:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{nb_name} was not saved within 60 s")
+            await asyncio.sleep(0.2)  # polling the file's modification time, with a deadline
+        code = [c for c in after["content"]["cells"] if c["cell_type"] == "code"]
+        errors = [o.get("ename", "") for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        ran = sum(c.get("execution_count") is not None for c in code)
+        res["notebooks"][nb_name] = {"run_all_s": run_s, "cells": len(code), "ran": ran, "errors": errors}
+        if s["filled"] and (errors or ran != len(code)):
+            raise RuntimeError(f"{nb_name}: {ran}/{len(code)} cells ran, errors {errors}")
+    return res
+
+
+async def _menu(page: Any, menu: str, item: str) -> None:
+    """Click a JupyterLab menu, then one of its items (by their labels)."""
+    await page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{menu}$")).click()
+    await page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{item}$")).click()
+
+
+async def _kernel_idle(page: Any, user: str, path: str, timeout: float) -> None:
+    """Wait until the notebook's kernel exists and is idle (the server's sessions API)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st, sessions = await _api(page, "GET", f"{user}/api/sessions")
+        states = [x["kernel"]["execution_state"] for x in (sessions if st == 200 else [])
+                  if x.get("path") == path and x.get("kernel")]
+        if states and all(s == "idle" for s in states):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the kernel of {path} is not idle within {timeout:.0f} s (states {states})")
+        await asyncio.sleep(0.25)  # polling the kernel's state, with a deadline
+
+
+async def _feedback(ctx: Any, plan: dict, s: dict, others: dict[str, list[str]]) -> dict[str, Any]:
+    """One student opens their feedback pages (200) and a classmate's (must be refused)."""
+    shots = Path(plan["screens"])
+    res: dict[str, Any] = {"own": {}, "classmate": {}}
+    page = await _login(ctx, plan, s)
+    for rel in plan["feedback"][s["name"]]:
+        r = await page.goto(f"{plan['base']}/user/{s['name']}/files/{rel}")
+        status = r.status if r is not None else 0
+        res["own"][rel] = status
+        await page.screenshot(path=str(shots / f"{plan['lab']}-{s['name']}-3-feedback.png"), full_page=True)
+        text = await page.inner_text("body")
+        if status != 200 or plan["lab"] not in text and "score" not in text.lower():
+            raise RuntimeError(f"own feedback {rel}: HTTP {status}, page {text[:200]!r}")
+    for other, rels in others.items():
+        r = await page.goto(f"{plan['base']}/user/{other}/files/{rels[0]}")
+        status = r.status if r is not None else 0
+        res["classmate"][other] = status
+        await page.screenshot(path=str(shots / f"{plan['lab']}-{s['name']}-4-refused.png"))
+        if status not in (403, 404):
+            raise RuntimeError(f"{other}'s feedback: HTTP {status}, not refused")
+    return res
+
+
+async def _browser(phase: str, plan: dict) -> dict[str, Any]:
+    """Every student in their own Chromium (a profile folder each), all at once."""
+    from playwright.async_api import async_playwright
+
+    out: dict[str, Any] = {}
+    together = asyncio.Barrier(len(plan["students"]))
+    async with async_playwright() as p:
+        async def one(s: dict) -> None:
+            profile = Path(plan["profiles"]) / s["name"]
+            profile.mkdir(parents=True, exist_ok=True)
+            ctx = await p.chromium.launch_persistent_context(
+                str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
+                viewport={"width": 1400, "height": 900})
+            ctx.set_default_timeout(120_000)
+            try:
+                if phase == "work":
+                    out[s["name"]] = await _work(ctx, plan, s, together)
+                else:
+                    others = {k: v for k, v in plan["feedback"].items() if k != s["name"]}
+                    out[s["name"]] = await _feedback(ctx, plan, s, others)
+            except Exception as e:  # noqa: BLE001 (reported per student, with a screenshot)
+                out[s["name"]] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+                if phase == "work":
+                    await together.abort()  # the classmates waiting to press Run All stop too
+                for i, pg in enumerate(ctx.pages):
+                    with contextlib.suppress(Exception):
+                        await pg.screenshot(path=str(Path(plan["screens"]) / f"{plan['lab']}-{s['name']}-failed-{i}.png"))
+            finally:
+                await ctx.close()
+
+        await asyncio.gather(*(one(s) for s in plan["students"]))
+    return out
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Bring up the class, run it, tear it down; print the timeline; 0 when every step passed."""
+    ap = argparse.ArgumentParser(prog="python -m dpc_maintainer.classroom", description=__doc__.splitlines()[0])
+    ap.add_argument("--lab", default=os.environ.get("CLASSROOM_LAB") or DEFAULT_LAB,
+                    help="a lab of labs/, or 'all' (default: $CLASSROOM_LAB or 05-ring-allreduce)")
+    ap.add_argument("--students", type=int, default=2)
+    ap.add_argument("--keep", action="store_true", help="leave it all running, even after a failure (no tear-down: for a look)")
+    ap.add_argument("--cpu", default="1.5", help="cores per user (cgroup CPU quota)")
+    ap.add_argument("--mem", default="4G", help="memory per user")
+    ap.add_argument("--browser", choices=["work", "feedback"], help=argparse.SUPPRESS)
+    ap.add_argument("--plan", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.browser:  # the browser part, in the hub's environment
+        res = asyncio.run(_browser(a.browser, json.loads(a.plan.read_text())))
+        a.result.write_text(json.dumps(res, indent=1))
+        return 0
+    why = unavailable()
+    if why:
+        print(f"classroom: cannot run here: {why}", file=sys.stderr)
+        return 2
+    labs = sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_dir()) if a.lab == "all" else [a.lab]
+    for lab in labs:
+        if not (ROOT / "labs" / lab).is_dir():
+            print(f"classroom: no lab labs/{lab}", file=sys.stderr)
+            return 2
+    if a.students < 2:
+        print("classroom: --students must be at least 2 (one hands in the lab unfilled)", file=sys.stderr)
+        return 2
+    room = Classroom(labs, a.students, a.keep, a.cpu, a.mem)
+    print(f"classroom: run {room.dir.name}: labs {', '.join(labs)}, {a.students} students, "
+          f"ports {room.ports}; logs and screenshots in {room.dir}", flush=True)
+    failed = ""
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        room.up_and_run()
+    except StepFailed as e:
+        failed = str(e)
+    except KeyboardInterrupt:
+        failed = "interrupted"
+    if a.keep:
+        (room.dir / "accounts.json").write_text(json.dumps([asdict(x) for x in room.made_users], indent=1))
+        print(f"classroom: kept (--keep): hub {getattr(room, 'base', '?')}, accounts in {room.dir}/accounts.json")
+    else:
+        try:
+            with room.timeline.step("tear-down (hub, proxy, servers, git daemon, users, cgroups, exchange)"):
+                problems = room.tear_down()
+                if problems:
+                    raise StepFailed("not clean: " + "; ".join(problems))
+        except StepFailed as e:
+            failed = f"{failed}; {e}" if failed else str(e)
+    print(room.timeline.report())
+    if failed:
+        print(f"classroom: FAILED: {failed}", file=sys.stderr)
+        return 1
+    print("classroom: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
