@@ -653,19 +653,23 @@ async def _work(ctx: Any, plan: dict, s: dict, start_together: asyncio.Barrier) 
         run_s = round(time.monotonic() - t0, 1)
         await _kernel_idle(page, user, path, 60)
         await page.screenshot(path=str(shots / f"{lab}-{name}-2-ran-{Path(nb_name).stem}.png"), full_page=False)
-        _, before = await _api(page, "GET", f"{user}/api/contents/{path}?content=0")
         await _menu(page, "File", "Save Notebook")
-        deadline = time.monotonic() + 60
+        # Saved: the file on disk shows the run (every cell ran, or the unfilled lab's error), with a deadline.
+        deadline = time.monotonic() + 120
         while True:
-            _, after = await _api(page, "GET", f"{user}/api/contents/{path}?content=1&type=notebook")
-            if after["last_modified"] != before["last_modified"]:
+            st, after = await _api(page, "GET", f"{user}/api/contents/{path}?content=1&type=notebook")
+            if st != 200 or not isinstance(after, dict) or not isinstance(after.get("content"), dict):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{nb_name}: GET after saving: HTTP {st}")
+                await asyncio.sleep(0.5)  # mid-save: read again (a deadline above)
+                continue
+            code = [c for c in after["content"]["cells"] if c["cell_type"] == "code"]
+            errors = [o.get("ename", "") for c in code for o in c.get("outputs", [])
+                      if o.get("output_type") == "error"]
+            ran = sum(c.get("execution_count") is not None for c in code)
+            if (ran == len(code) if s["filled"] else bool(errors)) or time.monotonic() > deadline:
                 break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{nb_name} was not saved within 60 s")
-            await asyncio.sleep(0.2)  # polling the file's modification time, with a deadline
-        code = [c for c in after["content"]["cells"] if c["cell_type"] == "code"]
-        errors = [o.get("ename", "") for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
-        ran = sum(c.get("execution_count") is not None for c in code)
+            await asyncio.sleep(0.5)  # polling the saved file, with a deadline
         res["notebooks"][nb_name] = {"run_all_s": run_s, "cells": len(code), "ran": ran, "errors": errors}
         if s["filled"] and (errors or ran != len(code)):
             raise RuntimeError(f"{nb_name}: {ran}/{len(code)} cells ran, errors {errors}")
