@@ -1,6 +1,7 @@
 """JupyterHub config of a class on one node: the one `make classroom-test` runs and instructors copy.
 
-    jupyterhub -f src/dpc_instructor/hub/jupyterhub_config.py      (as root, in the hub's state folder)
+    PYTHONPATH=<course>/src jupyterhub -f <course>/src/dpc_instructor/hub/jupyterhub_config.py
+                                       (as root, in the hub's state folder; the spawner is imported by name)
 
 Users log in with their Linux accounts (PAM); each user's JupyterLab runs as that user, from the
 class environment (`make class-env`), in a cgroup with CPU, memory and process limits
@@ -20,13 +21,10 @@ class environment (`make class-env`), in a cgroup with CPU, memory and process l
 """
 import os
 import pwd
-import sys
 from pathlib import Path
 
 c = get_config()  # type: ignore[name-defined]  # noqa: F821 (JupyterHub's config loader provides it)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # src/: dpc_instructor.hub.spawner
-from dpc_instructor.hub.spawner import CgroupSpawner  # noqa: E402
 
 ENV = Path(os.environ.get("DPC_CLASS_ENV", "/opt/dp-course/env"))
 COURSE_FOLDER = os.environ.get("DPC_COURSE_FOLDER", "dp-course-student")
@@ -57,7 +55,7 @@ else:
 c.Authenticator.admin_users = {u for u in os.environ.get("DPC_HUB_ADMINS", "").split(",") if u}
 
 # Each user's server: JupyterLab of the class environment, as that user, in a limited cgroup.
-c.JupyterHub.spawner_class = CgroupSpawner
+c.JupyterHub.spawner_class = "dpc_instructor.hub.spawner.CgroupSpawner"  # src/ on the hub's PYTHONPATH
 c.Spawner.cmd = [str(ENV / "bin" / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.cpu_limit = float(os.environ.get("DPC_HUB_CPU", "2"))
