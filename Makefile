@@ -15,7 +15,7 @@ OUT ?= grades.csv
 COURSE ?= build/course
 JOBS ?=
 
-.PHONY: help setup lab lint test labs grade grades feedback check solutions bench soak clean release
+.PHONY: help setup lab lint test labs grade grades feedback check solutions bench soak clean release class-env classroom-test classroom-fairness
 
 help:
 	@echo "make lab    set up (first time only) and open JupyterLab on the course's start page"
@@ -36,6 +36,9 @@ help:
 	@echo "            (root, slurm-wlm + munge), sbatch every slurm/ script on it, check, tear down"
 	@echo "make class-env [PREFIX=/opt/dp-course] [PYTHON=/usr/bin/python3]   one course environment for"
 	@echo "            every user of a node (a JupyterHub class): students' make lab/check use it, build nothing"
+	@echo "make classroom-test [CLASSROOM_LAB=05-ring-allreduce|all] [CLASSROOM_ARGS=\"--students 3 --keep\"]"
+	@echo "            a real JupyterHub class here (root, apt, npm): Chromium students, nbgrader, grading"
+	@echo "make classroom-fairness   a classmate's kernel round trip while lab 6 runs; a kernel past its memory limit"
 	@echo "make release [OUT=dir]   the student release: folder, .tar.gz and git branch 'student',"
 	@echo "            without solutions/, hidden tests or grading tools (default build/release/)"
 
@@ -122,3 +125,10 @@ CLASSROOM_LAB ?= 05-ring-allreduce
 CLASSROOM_ARGS ?=
 classroom-test: setup
 	$(PY) -m dpc_maintainer.classroom --lab "$(CLASSROOM_LAB)" $(CLASSROOM_ARGS)
+
+# `make classroom-fairness [CLASSROOM_ARGS=...]`: the same class up, then one student runs lab 6 (TensorFlow
+# and Horovod ranks) while a classmate's kernel round trip is timed (idle vs busy, median and max), and
+# that kernel allocates past its memory limit: it must be killed alone. Prints the lines; not in make test.
+.PHONY: classroom-fairness
+classroom-fairness: setup
+	$(PY) -m dpc_maintainer.classroom --fairness --lab 06-horovod $(CLASSROOM_ARGS)

@@ -55,6 +55,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DEFAULT_LAB = "05-ring-allreduce"
+FAIRNESS_LAB = "06-horovod"  # the heaviest lab: TensorFlow and Horovod ranks
 # Deadlines (seconds) of the waits: generous, for a loaded 2-core machine; every wait ends on an event.
 SPAWN_S = 300
 RUN_ALL_S = 900
@@ -205,9 +206,11 @@ def processes_of(uids: set[int]) -> list[int]:
 class Classroom:
     """One run: what it brought up (to tear down) and the steps."""
 
-    def __init__(self, labs: list[str], students: int, keep: bool, cpu: str, mem: str) -> None:
+    def __init__(self, labs: list[str], students: int, keep: bool, cpu: str, mem: str,
+                 fairness_only: bool = False) -> None:
         """Names, ports and folders of this run (nothing is started yet)."""
         self.labs = labs
+        self.fairness_only = fairness_only
         self.tag = secrets.token_hex(2)
         self.keep = keep
         self.cpu, self.mem = cpu, mem
@@ -288,6 +291,7 @@ class Classroom:
             "DPC_HUB_USERS": ",".join(a.name for a in [*self.students, self.instructor]),
             "DPC_HUB_ADMINS": self.instructor.name, "DPC_HUB_CGROUP": self.cgroup,
             "DPC_HUB_CPU": self.cpu, "DPC_HUB_MEM": self.mem, "DPC_HUB_PIDS": "2048",
+            "PYTHONPATH": str(ROOT / "src"),  # the config names its spawner, dpc_instructor.hub.spawner
         })
         with (self.dir / "hub.log").open("wb") as log:
             self.procs["hub"] = subprocess.Popen(
@@ -334,7 +338,8 @@ class Classroom:
         plan = {"base": self.base, "repo": self.repo, "lab": lab, "folder": FOLDER,
                 "screens": str(self.dir / "screens"), "profiles": str(self.dir / "profiles"),
                 "students": [asdict(s) for s in self.students],
-                "answers": answers(lab) if phase == "work" else {},
+                "answers": answers(lab) if phase in ("work", "fairness") else {},
+                "mem": self.mem,
                 "feedback": self.feedback_pages(lab) if phase == "feedback" else {}}
         plan_file = self.dir / f"plan-{phase}-{lab}.json"
         plan_file.write_text(json.dumps(plan))
@@ -439,6 +444,20 @@ class Classroom:
             if bad:
                 raise StepFailed("; ".join(bad))
 
+    def fairness(self, lab: str) -> dict[str, Any]:
+        """Student 1 runs a heavy lab while student 2's kernel is timed, then goes past its memory limit."""
+        t = self.timeline
+        with t.step(f"fairness: {self.students[0].name} runs {lab}, {self.students[1].name}'s kernel timed"):
+            res = self.browser("fairness", lab)
+            r = res.get("fairness", {})
+            for line in fairness_lines(r, lab, self.mem):
+                print(f"classroom: {line}", flush=True)
+            bad = [f"{n}: {x['error']}" for n, x in res.items() if isinstance(x, dict) and x.get("error")]
+            if bad:
+                raise StepFailed("; ".join(bad))
+            (self.dir / "fairness.json").write_text(json.dumps(r, indent=1))
+        return r
+
     def up_and_run(self) -> None:
         """Every step in order."""
         t = self.timeline
@@ -456,7 +475,10 @@ class Classroom:
         for lab in self.labs:
             if os.environ.get("DPC_CLASSROOM_UP_ONLY"):  # debugging: the class up, nothing run
                 return
-            self.run_lab(lab)
+            if self.fairness_only:
+                self.fairness(lab)
+            else:
+                self.run_lab(lab)
 
     # ---- tear-down
 
@@ -719,6 +741,183 @@ async def _feedback(ctx: Any, plan: dict, s: dict, others: dict[str, list[str]])
     return res
 
 
+def _stats(ms: list[float]) -> str:
+    """'median M ms, max X ms (n N)' of round-trip times."""
+    if not ms:
+        return "no sample"
+    s = sorted(ms)
+    return f"median {s[len(s) // 2]:.0f} ms, max {s[-1]:.0f} ms (n {len(s)})"
+
+
+def fairness_lines(r: dict[str, Any], lab: str, mem: str) -> list[str]:
+    """The benchmark's lines: the classmate's round trips idle and busy, their ratio, the memory kill."""
+    if not r.get("idle_ms"):
+        return ["fairness: no measurement"]
+    idle, busy = sorted(r["idle_ms"]), sorted(r.get("busy_ms", []))
+    lines = [f"fairness: classmate's kernel round trip, class idle: {_stats(idle)}",
+             f"fairness: classmate's kernel round trip while a student runs {lab} (Run All "
+             f"{r.get('heavy_run_all_s', '?')} s): {_stats(busy)}"]
+    if busy:
+        med = busy[len(busy) // 2]
+        lines.append(f"fairness: busy/idle median ratio {med / max(idle[len(idle) // 2], 1e-3):.1f}; "
+                     f"goal median <= 1000 ms: {'met' if med <= 1000 else 'MISSED'}")
+    if "oom" in r:
+        o = r["oom"]
+        lines.append(f"fairness: a kernel that allocates past the {mem} limit: {o.get('state', '?')} after "
+                     f"{o.get('after_s', '?')} s; the other student's kernel: {o.get('other', '?')}")
+    return lines
+
+
+JS_ROUND_TRIPS = """async ([url, n, gapMs, code, untilFlag]) => {
+  // Kernel round trips over the kernel's websocket (the way JupyterLab talks to it): send an
+  // execute_request, wait for its execute_reply. Returns milliseconds per request.
+  const ws = new WebSocket(url);
+  await new Promise((ok, bad) => { ws.onopen = ok; ws.onerror = () => bad(new Error('websocket failed')); });
+  const session = crypto.randomUUID(), times = [];
+  const one = (src) => new Promise((ok) => {
+    const id = crypto.randomUUID();
+    ws.onmessage = (ev) => {
+      const m = JSON.parse(ev.data);
+      if (m.parent_header && m.parent_header.msg_id === id && m.msg_type === 'execute_reply') ok(m.content.status);
+    };
+    ws.send(JSON.stringify({channel: 'shell', buffers: [], metadata: {}, parent_header: {},
+      header: {msg_id: id, session, username: '', msg_type: 'execute_request', version: '5.3',
+               date: new Date().toISOString()},
+      content: {code: src, silent: false, store_history: false, user_expressions: {}, allow_stdin: false,
+                stop_on_error: true}}));
+  });
+  for (let i = 0; untilFlag ? !window[untilFlag] : i < n; i++) {
+    const t0 = performance.now();
+    await one(code);
+    times.push(performance.now() - t0);
+    await new Promise((ok) => setTimeout(ok, gapMs));  // the sampling interval, not a wait for an event
+  }
+  ws.close();
+  return times;
+}"""
+JS_PAST_LIMIT = """async ([url, code, timeoutMs]) => {
+  // Run code that allocates past the memory limit; resolve with the first kernel status that says it
+  // died ('restarting', 'dead'), or 'finished' when it ran to its reply, or 'no answer' at the deadline.
+  const ws = new WebSocket(url);
+  await new Promise((ok, bad) => { ws.onopen = ok; ws.onerror = () => bad(new Error('websocket failed')); });
+  const id = crypto.randomUUID(), t0 = performance.now();
+  const state = await new Promise((ok) => {
+    setTimeout(() => ok('no answer'), timeoutMs);
+    ws.onmessage = (ev) => {
+      const m = JSON.parse(ev.data);
+      if (m.msg_type === 'status' && ['restarting', 'dead'].includes(m.content.execution_state)) ok(m.content.execution_state);
+      if (m.parent_header && m.parent_header.msg_id === id && m.msg_type === 'execute_reply') ok('finished');
+    };
+    ws.send(JSON.stringify({channel: 'shell', buffers: [], metadata: {}, parent_header: {},
+      header: {msg_id: id, session: crypto.randomUUID(), username: '', msg_type: 'execute_request',
+               version: '5.3', date: new Date().toISOString()},
+      content: {code, silent: false, store_history: false, user_expressions: {}, allow_stdin: false,
+                stop_on_error: true}}));
+  });
+  ws.close();
+  return {state, after_s: Math.round((performance.now() - t0) / 100) / 10};
+}"""
+IDLE_SAMPLES = 20
+GAP_MS = 250
+
+
+def past_limit_code(mem: str) -> str:
+    """Python that touches 1.5 times the memory limit (numpy ones, page by page), then prints."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    n = int(float(mem[:-1]) * units[mem[-1].upper()]) if mem[-1:].upper() in units else int(mem)
+    return f"import numpy as np\nx = np.ones({int(n * 1.5) // 8}, dtype=np.float64)\nprint(x.sum())"
+
+
+async def _probe_kernel(page: Any, plan: dict, user: str) -> tuple[str, str]:
+    """A fresh kernel in the user's server (the kernels API), answering; returns its id and websocket URL."""
+    st, k = await _api(page, "POST", f"{user}/api/kernels", {"name": "python3"})
+    if st not in (200, 201):
+        raise RuntimeError(f"starting a kernel: HTTP {st} {k}")
+    ws = plan["base"].replace("http://", "ws://") + f"{user}/api/kernels/{k['id']}/channels"
+    # The server calls a kernel 'starting' until a client talks to it: the first request is the wait.
+    try:
+        await asyncio.wait_for(page.evaluate(JS_ROUND_TRIPS, [ws, 1, 0, "1 + 1", None]), SPAWN_S)
+    except asyncio.TimeoutError:
+        raise RuntimeError(f"the probe kernel did not answer within {SPAWN_S} s") from None
+    return k["id"], ws
+
+
+async def _fairness(p: Any, plan: dict) -> dict[str, Any]:
+    """Student 1 runs the lab (filled, Run All); student 2's kernel is timed idle, then during that run;
+    then student 2's kernel allocates past the memory limit and must die alone."""
+    heavy, probe = plan["students"][0], plan["students"][1]
+    heavy = {**heavy, "filled": True}
+    together = asyncio.Barrier(2)
+    out: dict[str, Any] = {}
+    ctxs = []
+    for s in (heavy, probe):
+        profile = Path(plan["profiles"]) / s["name"]
+        profile.mkdir(parents=True, exist_ok=True)
+        ctx = await p.chromium.launch_persistent_context(
+            str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
+            viewport={"width": 1400, "height": 900})
+        ctx.set_default_timeout(120_000)
+        ctxs.append(ctx)
+    done = asyncio.Event()
+
+    async def run_heavy() -> None:
+        try:
+            out[heavy["name"]] = await _work(ctxs[0], plan, heavy, together)
+            nb = next(iter(out[heavy["name"]]["notebooks"].values()))
+            out["fairness"]["heavy_run_all_s"] = nb["run_all_s"]
+        except BaseException:
+            await together.abort()  # the classmate waiting for Run All stops too
+            raise
+        finally:
+            done.set()
+
+    async def run_probe() -> None:
+        try:
+            await probe_steps()
+        except BaseException:
+            await together.abort()  # the classmate waiting to press Run All stops too
+            raise
+
+    async def probe_steps() -> None:
+        page = await _login(ctxs[1], plan, probe)
+        user = f"/user/{probe['name']}"
+        kid, ws = await _probe_kernel(page, plan, user)
+        r = out["fairness"]
+        r["idle_ms"] = await page.evaluate(JS_ROUND_TRIPS, [ws, IDLE_SAMPLES, GAP_MS, "1 + 1", None])
+        await together.wait()  # the classmate presses Run All now
+        await page.evaluate("() => { window.dpcHeavyDone = false; }")
+        busy = asyncio.ensure_future(page.evaluate(JS_ROUND_TRIPS, [ws, 0, GAP_MS, "1 + 1", "dpcHeavyDone"]))
+        await done.wait()
+        await page.evaluate("() => { window.dpcHeavyDone = true; }")
+        r["busy_ms"] = await busy
+        if out.get(heavy["name"], {}).get("error"):
+            return
+        # Past the memory limit: this kernel is killed (and restarted by its server), the classmate's lives.
+        hpage = ctxs[0].pages[0]
+        huser = f"/user/{heavy['name']}"
+        st, before = await _api(hpage, "GET", f"{huser}/api/kernels")
+        r["oom"] = await page.evaluate(JS_PAST_LIMIT, [ws, past_limit_code(plan["mem"]), 300_000])
+        st2, after = await _api(hpage, "GET", f"{huser}/api/kernels")
+        ids = {k["id"] for k in before or []} if st == 200 else set()
+        alive = st2 == 200 and ids and ids <= {k["id"] for k in after or []}
+        _, mine = await _api(page, "GET", f"{user}/api/kernels/{kid}")
+        r["oom"]["other"] = "alive, same kernel" if alive else f"LOST (before {before}, after {after})"
+        r["oom"]["own_kernel_after"] = mine.get("execution_state") if isinstance(mine, dict) else mine
+        if r["oom"]["state"] not in ("restarting", "dead") or not alive:
+            raise RuntimeError(f"past the memory limit: {r['oom']}")
+
+    out["fairness"] = {}
+    try:
+        results = await asyncio.gather(run_heavy(), run_probe(), return_exceptions=True)
+        for name, res in zip((heavy["name"], probe["name"]), results):
+            if isinstance(res, BaseException):
+                out[name] = {"error": f"{type(res).__name__}: {str(res).splitlines()[0] if str(res) else ''}"}
+    finally:
+        for ctx in ctxs:
+            await ctx.close()
+    return out
+
+
 async def _browser(phase: str, plan: dict) -> dict[str, Any]:
     """Every student in their own Chromium (a profile folder each), all at once."""
     from playwright.async_api import async_playwright
@@ -726,6 +925,9 @@ async def _browser(phase: str, plan: dict) -> dict[str, Any]:
     out: dict[str, Any] = {}
     together = asyncio.Barrier(len(plan["students"]))
     async with async_playwright() as p:
+        if phase == "fairness":
+            return await _fairness(p, plan)
+
         async def one(s: dict) -> None:
             profile = Path(plan["profiles"]) / s["name"]
             profile.mkdir(parents=True, exist_ok=True)
@@ -765,7 +967,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="leave it all running, even after a failure (no tear-down: for a look)")
     ap.add_argument("--cpu", default="1.5", help="cores per user (cgroup CPU quota)")
     ap.add_argument("--mem", default="4G", help="memory per user")
-    ap.add_argument("--browser", choices=["work", "feedback"], help=argparse.SUPPRESS)
+    ap.add_argument("--fairness", action="store_true",
+                    help="instead of the class: one student runs the lab (default 06-horovod) while a classmate's "
+                         "kernel round trip is timed, then that kernel goes past the memory limit")
+    ap.add_argument("--browser", choices=["work", "feedback", "fairness"], help=argparse.SUPPRESS)
     ap.add_argument("--plan", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -777,6 +982,8 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"classroom: cannot run here: {why}", file=sys.stderr)
         return 2
+    if a.fairness and a.lab == DEFAULT_LAB and not os.environ.get("CLASSROOM_LAB"):
+        a.lab = FAIRNESS_LAB
     labs = sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_dir()) if a.lab == "all" else [a.lab]
     for lab in labs:
         if not (ROOT / "labs" / lab).is_dir():
@@ -785,7 +992,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.students < 2:
         print("classroom: --students must be at least 2 (one hands in the lab unfilled)", file=sys.stderr)
         return 2
-    room = Classroom(labs, a.students, a.keep, a.cpu, a.mem)
+    room = Classroom(labs, a.students, a.keep, a.cpu, a.mem, fairness_only=a.fairness)
     print(f"classroom: run {room.dir.name}: labs {', '.join(labs)}, {a.students} students, "
           f"ports {room.ports}; logs and screenshots in {room.dir}", flush=True)
     failed = ""
