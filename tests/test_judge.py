@@ -171,6 +171,10 @@ def test_a_failed_hidden_record_is_not_named_in_the_feedback(tmp_path):
     visible_wrong = graded_cell(shown(item("2 towers: weights", [9.0])), shown(item("3 towers, seed 7: weights", [1.0])))
     visible_wrong.source = source
     assert "'2 towers: weights'" in run_judge(visible_wrong, tmp_path, reference=str(records)).outputs[0]["evalue"]
+    nothing = graded_cell()  # an unanswered lab: no record at all; only the visible one is named
+    nothing.source = source
+    why = run_judge(nothing, tmp_path, reference=str(records)).outputs[0]["evalue"]
+    assert why == "the cell did not record '2 towers: weights'"
 
 
 def test_a_record_made_by_hand_fails_and_never_stops_the_judge():

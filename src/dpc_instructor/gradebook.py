@@ -301,6 +301,7 @@ table.tests th, table.tests td { text-align: left; padding: .45em .8em; border-b
 .badge { display: inline-block; padding: .1em .6em; border-radius: 1em; font-size: .85em; color: white; }
 .failed { background: #cf222e; } .passed { background: #1a7f37; } .manual { background: #9a6700; }
 .notes { color: #57606a; }
+pre { white-space: pre-wrap !important; overflow-wrap: anywhere; }  /* long output lines wrap */
 """
 TONE = {"passed": "#1a7f37", "failed": "#cf222e", "manual": "#9a6700"}
 

@@ -85,9 +85,9 @@ class Judge(Preprocessor):
                 why = judge.verdict(reference[gid], found[gid]) if reference.get(gid) else None
                 hidden = markers.hidden_lines(cell.source)  # (a record of no known line is shown)
                 shown_part = [r for r in reference.get(gid) or [] if r.get("line") not in hidden]
-                if why and len(shown_part) < len(reference[gid]) and judge.verdict(
-                        shown_part, found[gid][:len(shown_part)]) is None:
-                    why = "the values a hidden test recorded are missing or differ from the reference's"
+                if why and len(shown_part) < len(reference[gid]):  # name visible records only
+                    why = judge.verdict(shown_part, found[gid][:len(shown_part)]) or (
+                        "the values a hidden test recorded are missing or differ from the reference's")
             head = [new_output("error", ename="GraderCheck", evalue=why, traceback=[
                 f"the grader's own check (outside your kernel): {why}"])] if why else []
             shown = [new_output("stream", name="stdout", text=(
