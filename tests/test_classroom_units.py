@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+from traitlets.config import Config
+
 from dpc_maintainer import classroom
 
 
@@ -27,3 +30,32 @@ def test_the_allocation_past_the_limit_is_half_again_the_limit() -> None:
     assert f"np.ones({int(4 * 2**30 * 1.5) // 8}," in code
     assert f"np.ones({int(512 * 2**20 * 1.5) // 8}," in classroom.past_limit_code("512M")
     assert f"np.ones({3000 * 3 // 2 // 8}," in classroom.past_limit_code("3000")
+
+
+CONFIG = classroom.ROOT / "src/dpc_instructor/hub/jupyterhub_config.py"
+
+
+def hub_config(monkeypatch: pytest.MonkeyPatch, **env: str) -> Config:
+    """The hub's config as JupyterHub loads it (get_config() in the file's namespace), under env."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    cfg = Config()
+    exec(compile(CONFIG.read_text(), str(CONFIG), "exec"), {"get_config": lambda: cfg, "__file__": str(CONFIG)})
+    return cfg
+
+
+def test_the_hub_config_limits_users_with_the_spawner_it_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = hub_config(monkeypatch, DPC_HUB_SPAWNER="cgroup", DPC_HUB_PIDS="2048", DPC_HUB_CPU="1.5",
+                     DPC_HUB_MEM="3G", DPC_HUB_CGROUP="class-x", DPC_CLASS_ENV="/opt/x/env")
+    assert cfg.JupyterHub.spawner_class == "dpc_instructor.hub.spawner.CgroupSpawner"
+    assert (cfg.CgroupSpawner.pids_limit, cfg.CgroupSpawner.cgroup_parent) == (2048, "class-x")
+    assert (cfg.Spawner.cpu_limit, cfg.Spawner.mem_limit) == (1.5, "3G")
+    assert cfg.Spawner.cmd == ["/opt/x/env/bin/jupyterhub-singleuser"]
+    assert cfg.Spawner.environment["DPC_PYTHON"] == "/opt/x/env/bin/python"
+    user = type("Spawner", (), {"user": type("User", (), {"name": "root"})()})()
+    assert cfg.Spawner.environment["PYTHONPATH"](user) == "/root/dp-course-student/src"
+    cfg = hub_config(monkeypatch, DPC_HUB_SPAWNER="systemd", DPC_HUB_PIDS="512")
+    assert cfg.JupyterHub.spawner_class == "systemdspawner.SystemdSpawner"
+    assert cfg.SystemdSpawner.unit_extra_properties == {"TasksMax": "512"}
+    with pytest.raises(ValueError, match="DPC_HUB_SPAWNER must be auto, systemd or cgroup, not 'docker'"):
+        hub_config(monkeypatch, DPC_HUB_SPAWNER="docker")

@@ -17,8 +17,11 @@ class environment (`make class-env`), in a cgroup with CPU, memory and process l
     DPC_HUB_USERS        who may log in, comma-separated (default: members of DPC_HUB_GROUP, dp-course)
     DPC_HUB_ADMINS       hub admins, comma-separated (default none)
     DPC_HUB_CPU, DPC_HUB_MEM, DPC_HUB_PIDS   per-user limits (default 2 cores, 4G, 1024 tasks)
-    DPC_HUB_CGROUP       the folder of the users' cgroups (default dp-course-hub)
+    DPC_HUB_SPAWNER      auto (default: systemd's spawner where systemd runs and jupyterhub-systemdspawner
+                         is installed, else the course's CgroupSpawner), systemd or cgroup
+    DPC_HUB_CGROUP       the folder of the users' cgroups, CgroupSpawner (default dp-course-hub)
 """
+import importlib.util
 import os
 import pwd
 from pathlib import Path
@@ -54,14 +57,27 @@ else:
     c.PAMAuthenticator.allowed_groups = {os.environ.get("DPC_HUB_GROUP", "dp-course")}
 c.Authenticator.admin_users = {u for u in os.environ.get("DPC_HUB_ADMINS", "").split(",") if u}
 
-# Each user's server: JupyterLab of the class environment, as that user, in a limited cgroup.
-c.JupyterHub.spawner_class = "dpc_instructor.hub.spawner.CgroupSpawner"  # src/ on the hub's PYTHONPATH
+# Each user's server: JupyterLab of the class environment, as that user, in a limited cgroup: systemd's
+# (jupyterhub-systemdspawner, a transient unit per user) on a node that runs systemd, else the course's
+# CgroupSpawner, which writes the cgroup itself (containers and nodes without systemd).
+SPAWNER = os.environ.get("DPC_HUB_SPAWNER", "auto")
+if SPAWNER == "auto":
+    SPAWNER = ("systemd" if Path("/run/systemd/system").is_dir() and importlib.util.find_spec("systemdspawner")
+               else "cgroup")
+PIDS = int(os.environ.get("DPC_HUB_PIDS", "1024"))
+if SPAWNER == "systemd":
+    c.JupyterHub.spawner_class = "systemdspawner.SystemdSpawner"
+    c.SystemdSpawner.unit_extra_properties = {"TasksMax": str(PIDS)}
+elif SPAWNER == "cgroup":
+    c.JupyterHub.spawner_class = "dpc_instructor.hub.spawner.CgroupSpawner"  # src/ on the hub's PYTHONPATH
+    c.CgroupSpawner.pids_limit = PIDS
+    c.CgroupSpawner.cgroup_parent = os.environ.get("DPC_HUB_CGROUP", "dp-course-hub")
+else:
+    raise ValueError(f"DPC_HUB_SPAWNER must be auto, systemd or cgroup, not {SPAWNER!r}")
 c.Spawner.cmd = [str(ENV / "bin" / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.cpu_limit = float(os.environ.get("DPC_HUB_CPU", "2"))
 c.Spawner.mem_limit = os.environ.get("DPC_HUB_MEM", "4G")
-c.CgroupSpawner.pids_limit = int(os.environ.get("DPC_HUB_PIDS", "1024"))
-c.CgroupSpawner.cgroup_parent = os.environ.get("DPC_HUB_CGROUP", "dp-course-hub")
 c.Spawner.start_timeout = 180  # a loaded node starts servers slowly
 c.Spawner.http_timeout = 180
 
