@@ -44,11 +44,25 @@ def generate(release_dir: Path, db_dir: Path) -> None:
              f"--CourseDirectory.release_directory={release_dir}",
              f"--CourseDirectory.db_url=sqlite:///{db_dir / 'gradebook.db'}"],
             cwd=ROOT, env=ENV, check=True)
+        for generated in sorted((release_dir / lab).glob("*.ipynb")):
+            unstamp(generated)
         for source in sorted((ROOT / "solutions" / lab).glob("*.ipynb")):
             checks = visible_records(json.loads(source.read_text()))
             if checks:
                 out = release_dir / lab / f"{source.stem}.checks.json"
                 out.write_text(json.dumps(checks, indent=1, sort_keys=True) + "\n")
+
+
+def unstamp(path: Path) -> None:
+    """Drop the solution run's fingerprints (cell metadata 'dpc', dpc_maintainer.outputs) from a
+    generated lab: a student's copy has no run to vouch for."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    if any("dpc" in cell.metadata for cell in nb.cells):
+        for cell in nb.cells:
+            cell.metadata.pop("dpc", None)
+        nbformat.write(nb, path)
 
 
 def visible_records(nb: dict) -> dict[str, list[dict]]:
