@@ -662,8 +662,14 @@ async def _work(ctx: Any, plan: dict, s: dict, start_together: asyncio.Barrier) 
                                {"type": "notebook", "format": "json", "content": nb})
             if st not in (200, 201):
                 raise RuntimeError(f"PUT {path}: HTTP {st}")
-        await page.goto(f"{plan['base']}{user}/lab/tree/{path}")
-        await page.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=SPAWN_S * 1000)
+        # A student moving on from an earlier lab (CLASSROOM_LAB=all): its kernels end (they would hold
+        # memory under the user's limit) and the workspace is reset, so only this lab's notebook is open.
+        st, sessions = await _api(page, "GET", f"{user}/api/sessions")
+        for x in sessions if st == 200 else []:
+            if x.get("path") != path:
+                await _api(page, "DELETE", f"{user}/api/sessions/{x['id']}")
+        await page.goto(f"{plan['base']}{user}/lab/tree/{path}?reset")
+        await page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell", timeout=SPAWN_S * 1000)
         await _kernel_idle(page, user, path, SPAWN_S)
         await start_together.wait()  # every student presses Run All at the same moment
         t0 = time.monotonic()
