@@ -422,12 +422,7 @@ class Classroom:
         with t.step(f"{lab}: instructor releases the assignment (nbgrader exchange)"):
             self.release_assignment(lab)
         with t.step(f"{lab}: students log in, click the nbgitpuller link, fill, Run All at once, save"):
-            res = self.browser("work", lab)
-            for name, r in sorted(res.items()):
-                print(f"classroom:   {name}: {json.dumps(r, sort_keys=True)}")
-            bad = [f"{n}: {r['error']}" for n, r in res.items() if r.get("error")]
-            if bad:
-                raise StepFailed("; ".join(bad))
+            self.students_do("work", lab)
         with t.step(f"{lab}: students hand in (nbgrader submit)"):
             self.hand_in(lab)
         with t.step(f"{lab}: instructor collects (nbgrader collect)"):
@@ -437,12 +432,16 @@ class Classroom:
         with t.step(f"{lab}: feedback (gradebook, release_feedback, fetch_feedback)"):
             self.give_feedback(lab)
         with t.step(f"{lab}: students open their feedback, are refused a classmate's"):
-            res = self.browser("feedback", lab)
-            for name, r in sorted(res.items()):
-                print(f"classroom:   {name}: {json.dumps(r, sort_keys=True)}")
-            bad = [f"{n}: {r['error']}" for n, r in res.items() if r.get("error")]
-            if bad:
-                raise StepFailed("; ".join(bad))
+            self.students_do("feedback", lab)
+
+    def students_do(self, phase: str, lab: str) -> None:
+        """A browser phase for every student; print what each did, StepFailed naming those that failed."""
+        res = self.browser(phase, lab)
+        for name, r in sorted(res.items()):
+            print(f"classroom:   {name}: {json.dumps(r, sort_keys=True)}")
+        bad = [f"{n}: {r['error']}" for n, r in res.items() if r.get("error")]
+        if bad:
+            raise StepFailed("; ".join(bad))
 
     def fairness(self, lab: str) -> dict[str, Any]:
         """Student 1 runs a heavy lab while student 2's kernel is timed, then goes past its memory limit."""
@@ -683,8 +682,14 @@ async def _work(ctx: Any, plan: dict, s: dict, start_together: asyncio.Barrier) 
         await page.screenshot(path=str(shots / f"{lab}-{name}-2-ran-{Path(nb_name).stem}.png"), full_page=False)
         await _menu(page, "File", "Save Notebook")
         # Saved: the file on disk shows the run (every cell ran, or the unfilled lab's error), with a deadline.
+        # A save that did not land is pressed again, as a student would (seen once: lab 9's unfilled
+        # notebook reached the disk only by JupyterLab's 120 s autosave).
         deadline = time.monotonic() + 120
+        saved_at = time.monotonic()
         while True:
+            if time.monotonic() - saved_at > 15:
+                await _menu(page, "File", "Save Notebook")
+                saved_at = time.monotonic()
             st, after = await _api(page, "GET", f"{user}/api/contents/{path}?content=1&type=notebook")
             if st != 200 or not isinstance(after, dict) or not isinstance(after.get("content"), dict):
                 if time.monotonic() > deadline:
@@ -701,6 +706,8 @@ async def _work(ctx: Any, plan: dict, s: dict, start_together: asyncio.Barrier) 
         res["notebooks"][nb_name] = {"run_all_s": run_s, "cells": len(code), "ran": ran, "errors": errors}
         if s["filled"] and (errors or ran != len(code)):
             raise RuntimeError(f"{nb_name}: {ran}/{len(code)} cells ran, errors {errors}")
+        if not s["filled"] and not errors:
+            raise RuntimeError(f"{nb_name}: the unfilled lab's saved run shows no error ({ran}/{len(code)} cells ran)")
     return res
 
 
