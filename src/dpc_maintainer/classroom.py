@@ -855,6 +855,22 @@ async def _probe_kernel(page: Any, plan: dict, user: str) -> tuple[str, str]:
     return k["id"], ws
 
 
+async def _student_browser(p: Any, plan: dict, s: dict) -> Any:
+    """A student's own Chromium: a persistent context with a profile folder of its own (their cookies)."""
+    profile = Path(plan["profiles"]) / s["name"]
+    profile.mkdir(parents=True, exist_ok=True)
+    ctx = await p.chromium.launch_persistent_context(
+        str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
+        viewport={"width": 1400, "height": 900})
+    ctx.set_default_timeout(120_000)
+    return ctx
+
+
+def _first_line(e: BaseException) -> str:
+    """A student's failure as one line: the exception's type and the first line of its message."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
 async def _fairness(p: Any, plan: dict) -> dict[str, Any]:
     """Student 1 runs the lab (filled, Run All); student 2's kernel is timed idle, then during that run;
     then student 2's kernel allocates past the memory limit and must die alone."""
@@ -864,13 +880,7 @@ async def _fairness(p: Any, plan: dict) -> dict[str, Any]:
     out: dict[str, Any] = {}
     ctxs = []
     for s in (heavy, probe):
-        profile = Path(plan["profiles"]) / s["name"]
-        profile.mkdir(parents=True, exist_ok=True)
-        ctx = await p.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1400, "height": 900})
-        ctx.set_default_timeout(120_000)
-        ctxs.append(ctx)
+        ctxs.append(await _student_browser(p, plan, s))
     done = asyncio.Event()
 
     async def run_heavy() -> None:
@@ -924,7 +934,7 @@ async def _fairness(p: Any, plan: dict) -> dict[str, Any]:
         results = await asyncio.gather(run_heavy(), run_probe(), return_exceptions=True)
         for name, res in zip((heavy["name"], probe["name"]), results):
             if isinstance(res, BaseException):
-                out[name] = {"error": f"{type(res).__name__}: {str(res).splitlines()[0] if str(res) else ''}"}
+                out[name] = {"error": _first_line(res)}
     finally:
         for ctx in ctxs:
             await ctx.close()
@@ -942,12 +952,7 @@ async def _browser(phase: str, plan: dict) -> dict[str, Any]:
             return await _fairness(p, plan)
 
         async def one(s: dict) -> None:
-            profile = Path(plan["profiles"]) / s["name"]
-            profile.mkdir(parents=True, exist_ok=True)
-            ctx = await p.chromium.launch_persistent_context(
-                str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
-                viewport={"width": 1400, "height": 900})
-            ctx.set_default_timeout(120_000)
+            ctx = await _student_browser(p, plan, s)
             try:
                 if phase == "work":
                     out[s["name"]] = await _work(ctx, plan, s, together)
@@ -955,7 +960,7 @@ async def _browser(phase: str, plan: dict) -> dict[str, Any]:
                     others = {k: v for k, v in plan["feedback"].items() if k != s["name"]}
                     out[s["name"]] = await _feedback(ctx, plan, s, others)
             except Exception as e:  # noqa: BLE001 (reported per student, with a screenshot)
-                out[s["name"]] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+                out[s["name"]] = {"error": _first_line(e)}
                 if phase == "work":
                     await together.abort()  # the classmates waiting to press Run All stop too
                 for i, pg in enumerate(ctx.pages):
