@@ -35,6 +35,21 @@ def test_one_gpu_gets_gpu_parameters_but_still_skips():
     assert "has 1" in p.skipped["RUN_TORCH_SYNCBN"]
 
 
+def test_a_section_whose_default_is_none_is_left_to_the_notebook_without_gpus():
+    # A run with the defaults stays one (outputs.writeback refuses injected parameters).
+    p = solutions.plan("nb.ipynb", SETTINGS, hw(0), ci=False, default={"RUN_TORCH_SYNCBN": None})
+    assert p.parameters == {}
+    assert "has 0" in p.skipped["RUN_TORCH_SYNCBN"]
+    p = solutions.plan("nb.ipynb", SETTINGS, hw(2), ci=False, default={"RUN_TORCH_SYNCBN": None})
+    assert p.parameters["RUN_TORCH_SYNCBN"] is True
+
+
+def test_defaults_are_read_from_the_parameters_cell(tmp_path):
+    path = notebook(tmp_path / "nb.ipynb", "N = 10\nRUN_X = None  # auto\nSIZES = [1, 2]\nF = len([])",
+                    "M = 3")
+    assert solutions.defaults(path) == {"N": 10, "RUN_X": None, "SIZES": [1, 2]}
+
+
 def test_four_gpus_run_everything():
     p = solutions.plan("nb.ipynb", SETTINGS, hw(4), ci=False)
     assert p.parameters == {"N_DEVICES": 4, "KIND": "gpu", "RUN_TORCH_SYNCBN": True}

@@ -13,8 +13,10 @@
         RUN_TORCH_SYNCBN: {gpus: 2, what: "torch.nn.SyncBatchNorm (one GPU per rank)"}
 
 The hardware is looked at once (GPUs torch and TensorFlow see). A section whose need is not met
-gets its parameter set to False and is reported as skipped with the reason, never silently; one
-whose need is met gets True. Each notebook runs in a fresh kernel beside its source (papermill),
+is reported as skipped with the reason, never silently, and its parameter is set to False, unless
+the notebook's default is None (the notebook then decides from the hardware itself, and a run
+with no GPU stays a run with the defaults, the one whose outputs are committed); one whose need
+is met gets True. Each notebook runs in a fresh kernel beside its source (papermill),
 the executed copy goes to OUT/<path>, and OUT/report.md + OUT/report.json list per notebook: the
 devices used, the parameters, wall time, skipped sections, the key numbers the notebook recorded
 with helpers.metrics.record, and pass/fail (with the error). The exit status is 1 if any failed.
@@ -22,6 +24,7 @@ with helpers.metrics.record, and pass/fail (with the error). The exit status is 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import subprocess
@@ -81,8 +84,29 @@ def look_at_hardware() -> Hardware:
     return Hardware(cores, max(len(torch_gpus), len(tf_gpus)), names, line)
 
 
-def plan(notebook: str, settings: dict, hw: Hardware, ci: bool) -> Plan:
-    """The parameters for this notebook on this hardware (CI-sized when ci), sections decided."""
+def defaults(notebook: Path) -> dict[str, object]:
+    """The literal values the notebook's `parameters` cell assigns (chapter 0 explains the cell)."""
+    nb = json.loads(notebook.read_text())
+    found: dict[str, object] = {}
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code" or "parameters" not in cell.get("metadata", {}).get("tags", []):
+            continue
+        for node in ast.parse("".join(cell["source"])).body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                try:
+                    found[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    continue
+    return found
+
+
+def plan(notebook: str, settings: dict, hw: Hardware, ci: bool,
+         default: dict[str, object] | None = None) -> Plan:
+    """The parameters for this notebook on this hardware (CI-sized when ci), sections decided.
+
+    default: the notebook's own parameter values (defaults()); a section flag whose default is
+    None is left to the notebook where the hardware lacks what it needs.
+    """
     params: dict[str, object] = dict(settings.get("ci", {})) if ci else {}
     if hw.gpus:
         for name, value in settings.get("gpu", {}).items():
@@ -93,7 +117,8 @@ def plan(notebook: str, settings: dict, hw: Hardware, ci: bool) -> Plan:
     skipped = {}
     for flag, need in settings.get("sections", {}).items():
         wanted = int(need.get("gpus", 0))
-        params[flag] = hw.gpus >= wanted
+        if hw.gpus >= wanted or (default or {}).get(flag, False) is not None:
+            params[flag] = hw.gpus >= wanted
         if hw.gpus < wanted:
             skipped[flag] = (f"{need.get('what', flag)} needs {wanted} GPU(s); this machine has "
                              f"{hw.gpus}")
@@ -170,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     results = []
     for notebook, settings in chosen.items():
-        p = plan(notebook, settings, hw, a.ci)
+        source = Path(notebook) if Path(notebook).is_absolute() else ROOT / notebook
+        p = plan(notebook, settings, hw, a.ci, defaults(source))
         for flag, why in p.skipped.items():
             print(f"  {notebook}: section {flag} skipped: {why}", flush=True)
         r = run(p, a.out, hw, a.cell_timeout)

@@ -134,15 +134,22 @@ def worker_script(script: str | os.PathLike[str]) -> str:
 
 
 def launch(script: str | os.PathLike[str], nprocs: int = 2, *, launcher: str = "torchrun",
-           args: Sequence[str] = (), timeout: float = 120.0, env: Mapping[str, str] | None = None,
-           cwd: str | os.PathLike[str] | None = None, echo: bool = True) -> LaunchResult:
-    """Run script on nprocs processes with launcher; stream `[rank N]` output; raise LaunchError."""
+           args: Sequence[str] = (), timeout: float = 120.0, idle_timeout: float | None = None,
+           env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+           echo: bool = True) -> LaunchResult:
+    """Run script on nprocs processes with launcher; stream `[rank N]` output; raise LaunchError.
+
+    timeout: seconds the whole launch may take; idle_timeout: seconds without a line from any rank,
+    counted once every rank has called helpers.worker.start(), after which the launch is hung
+    (chapter 10: a hang is told apart from a slow start-up on a loaded machine).
+    """
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher={launcher!r}: use one of {LAUNCHERS}")
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs={nprocs!r}: ask for at least 1 process")
     commands = _commands(launcher, worker_script(script), nprocs, args, sys.executable)
-    return run_processes(commands, launcher, nprocs, timeout=timeout, env=env, cwd=cwd, echo=echo)
+    return run_processes(commands, launcher, nprocs, timeout=timeout, idle_timeout=idle_timeout,
+                         env=env, cwd=cwd, echo=echo)
 
 
 def quiet_env(nprocs: int) -> dict[str, str]:
@@ -153,14 +160,17 @@ def quiet_env(nprocs: int) -> dict[str, str]:
 
 
 def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeout: float,
-                  env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
-                  echo: bool = True, stop_on_failure: bool | None = None) -> LaunchResult:
+                  idle_timeout: float | None = None, env: Mapping[str, str] | None = None,
+                  cwd: str | os.PathLike[str] | None = None, echo: bool = True,
+                  stop_on_failure: bool | None = None) -> LaunchResult:
     """Start the launch's processes, stream their output, judge the outcome; never leave one behind.
 
     kind ('torchrun', 'horovodrun' or 'tf') says how ranks are named in the output;
-    stop_on_failure: give up as soon as one process fails (default: for plain processes only,
-    since torchrun and horovodrun stop their own workers).
+    idle_timeout: as in launch(); stop_on_failure: give up as soon as one process fails (default:
+    for plain processes only, since torchrun and horovodrun stop their own workers).
     """
+    if idle_timeout is not None and not idle_timeout > 0:
+        raise ValueError(f"idle_timeout={idle_timeout!r}: give a number of seconds above 0, or None")
     launch_id = uuid.uuid4().hex
     base_env = {**quiet_env(nprocs), **os.environ, **(env or {}), MARKER: launch_id,
                 "PYTHONUNBUFFERED": "1"}
@@ -175,23 +185,25 @@ def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeou
             procs.append((rank, p))
         if stop_on_failure is None:
             stop_on_failure = kind == "tf"
-        failed = stream.pump(procs, start + timeout, stop_on_failure)
+        failed = stream.pump(procs, start + timeout, stop_on_failure, idle=idle_timeout)
         seconds = time.monotonic() - start
         result = LaunchResult(nprocs, seconds, stream.outputs, stream.launcher_lines, stream.results,
                               commands=[argv for _, argv, _ in commands])
         if failed is False:
             return result
         hung = _live_ranks(launch_id) if failed is None else []
-        # Stop what still runs: a worker that speaks the protocol prints where it was stopped.
+        # Stop what still runs: a worker that speaks the protocol prints where it was stopped, and
+        # the pipes close when every process has ended (the bound is for one that ignores SIGTERM:
+        # torchrun passes its workers' dumps on only while it shuts down, slowly on a loaded machine).
         _signal_launch(launch_id, signal.SIGTERM)
-        stream.pump(procs, time.monotonic() + 5.0, stop_on_failure=False)
+        stream.pump(procs, time.monotonic() + 20.0, stop_on_failure=False)
         if stream.complete():
             result.notes.append(stream.teardown_note(procs))
             if echo:
                 print(f"[launch] note: {result.notes[-1]}", flush=True)
             return result
         if failed is None:
-            raise stream.hang_error(timeout, hung)
+            raise stream.hang_error(timeout, hung, idle=idle_timeout if stream.idle else None)
         raise stream.failure_error(procs)
     finally:
         kill_launch(launch_id, [p for _, p in procs])
@@ -227,6 +239,8 @@ class _Stream:
         self.stacks: dict[int, list[list[Frame]]] = {}
         self._in_dump: set[int] = set()
         self.quiet = False
+        self.last_heard = time.monotonic()  # when a rank last printed a line (protocol lines too)
+        self.idle = False  # pump() gave up because every rank had started and then fell silent
 
     def line(self, rank: int | None, text: str) -> None:
         if rank is None:
@@ -235,17 +249,20 @@ class _Stream:
                 rank, text = int(m.group(1)), _RANK_TAG.sub("", m.group(2))
         if rank is None:
             self.launcher_lines.append(text)
-            # The launcher's own failure report is summarised by LaunchError: do not echo it.
-            self.quiet = self.quiet or text.startswith("Traceback") or " failed (exitcode" in text
-            if self.echo and not self.quiet and text.strip(" *") and not harmless(text):
-                print(f"[{self.launcher}] {text}", flush=True)
-            return
+            return self._launcher_line(text)
+        self.last_heard = time.monotonic()
         if self._protocol(rank, text):
             return
         self.outputs[rank].append(text)
         self.tails[rank].append(text)
         if self.echo and not harmless(text):
             print(f"[rank {rank}] {text}", flush=True)
+
+    def _launcher_line(self, text: str) -> None:
+            # The launcher's own failure report is summarised by LaunchError: do not echo it.
+            self.quiet = self.quiet or text.startswith("Traceback") or " failed (exitcode" in text
+            if self.echo and not self.quiet and text.strip(" *") and not harmless(text):
+                print(f"[{self.launcher}] {text}", flush=True)
 
     def _protocol(self, rank: int, text: str) -> bool:
         """Record a protocol line or a line of a stack dump; True if the line was one."""
@@ -274,10 +291,11 @@ class _Stream:
         return False
 
     def pump(self, procs: list[tuple[int | None, subprocess.Popen[bytes]]],
-             deadline: float, stop_on_failure: bool) -> bool | None:
+             deadline: float, stop_on_failure: bool, idle: float | None = None) -> bool | None:
         """Stream until every process ended (True if one failed) or the deadline (None).
 
-        stop_on_failure: return True as soon as one process fails.
+        stop_on_failure: return True as soon as one process fails; idle: return None (and set
+        self.idle) once every rank has started and none has printed a line for that many seconds.
         """
         sel = selectors.DefaultSelector()
         buffers: dict[int, bytes] = {}
@@ -291,6 +309,12 @@ class _Stream:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
+            if idle is not None and len(self.started) == self.nprocs and not self.complete():
+                silent = time.monotonic() - self.last_heard
+                if silent >= idle:
+                    self.idle = True
+                    return None
+                left = min(left, idle - silent)
             for key, _ in sel.select(timeout=min(left, 0.2)):
                 rank, p = key.data
                 chunk = os.read(key.fd, 65536)
@@ -370,16 +394,25 @@ class _Stream:
             return True
         return bool(_PEER_LOST.search("\n".join(self.tails[rank])))
 
-    def hang_error(self, timeout: float, hung: list[int]) -> LaunchError:
-        """The launch ran out of time: name the ranks busy elsewhere, not the ones waiting for them."""
+    def hang_error(self, timeout: float, hung: list[int], idle: float | None = None) -> LaunchError:
+        """The launch ran out of time: name the ranks busy elsewhere, not the ones waiting for them.
+
+        idle: the launch was stopped because every rank had started and then none printed a line
+        for that many seconds (else: the whole launch took timeout seconds).
+        """
         hung = [r for r in (hung or range(self.nprocs)) if r not in self.done] or \
             [r for r in range(self.nprocs) if r not in self.done]
+        when = (f"hung: no rank printed a line for {idle:.0f} s after all {self.nprocs} had started"
+                if idle is not None else f"timed out after {timeout:.0f} s")
         busy = [r for r in hung if (w := self._where(r)) is not None and not w[0]]
         if not busy:
-            return self.error(f"timed out after {timeout:.0f} s; still running: {_ranks_text(hung)} "
-                              "(a hang: a collective waiting for a peer?)", hung)
+            starting = [r for r in hung if r not in self.started and self._where(r) is None]
+            why = (f"; {_ranks_text(starting)} had not started yet (still starting Python and "
+                   "importing, or meeting the others at start-up: a loaded machine, or a timeout too "
+                   "short)" if starting else " (a hang: a collective waiting for a peer?)")
+            return self.error(f"{when}; still running: {_ranks_text(hung)}{why}", hung)
         waiting = [r for r in hung if r not in busy]
-        what = (f"timed out after {timeout:.0f} s: {_ranks_text(busy)} never reached the "
+        what = (f"{when}: {_ranks_text(busy)} never reached the "
                 "communication " + (f"{_ranks_text(waiting)} waited for" if waiting else "of the job"))
         return self.error(what, busy, waiting)
 

@@ -40,10 +40,13 @@ def torchrun_node_argv(script: str, nnodes: int, nproc_per_node: int, endpoint: 
 
 
 def launch_nodes(script: str | os.PathLike[str], nnodes: int = 2, nproc_per_node: int = 1, *,
-                 args: Sequence[str] = (), timeout: float = 120.0,
+                 args: Sequence[str] = (), timeout: float = 120.0, idle_timeout: float | None = None,
                  env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
                  echo: bool = True) -> LaunchResult:
-    """Run script as a job of nnodes torchrun agents (one process each = one "node") on this machine (chapter 8)."""
+    """Run script as a job of nnodes torchrun agents (one process each = one "node") on this machine (chapter 8).
+
+    timeout and idle_timeout as in helpers.launch.
+    """
     _check_counts(nnodes=nnodes, nproc_per_node=nproc_per_node)
     script = worker_script(script)
     endpoint = f"localhost:{free_port()}"
@@ -51,8 +54,8 @@ def launch_nodes(script: str | os.PathLike[str], nnodes: int = 2, nproc_per_node
     argv = torchrun_node_argv(script, nnodes, nproc_per_node, endpoint, run_id, args)
     extra = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": PREFIX_TEMPLATE}
     return run_processes([(None, argv, {**extra, "DPC_NODE": str(i)}) for i in range(nnodes)],
-                         "torchrun", nnodes * nproc_per_node, timeout=timeout, env=env, cwd=cwd,
-                         echo=echo, stop_on_failure=True)
+                         "torchrun", nnodes * nproc_per_node, timeout=timeout, idle_timeout=idle_timeout,
+                         env=env, cwd=cwd, echo=echo, stop_on_failure=True)
 
 
 def local_addresses() -> set[str]:

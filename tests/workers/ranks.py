@@ -2,7 +2,8 @@
 
 ok: all-reduce, report, finish; crash: the last rank raises; hang: the last rank sleeps forever
 before the all-reduce (so the others wait in it); early-exit: the last rank leaves with exit code
-0 before the all-reduce (its peers see the connection drop); abort-after-done: every rank
+0 before the all-reduce (its peers see the connection drop); late-start: the last rank sleeps
+before start() (so it never says it started); abort-after-done: every rank
 finishes, then the last one aborts (SIGABRT) as gloo's teardown sometimes does; no-protocol-abort:
 the same abort after a plain last line, without the protocol; tf-*: plain processes (no
 torch.distributed).
@@ -16,6 +17,8 @@ from pathlib import Path
 from helpers.worker import finish, report, start
 
 mode = sys.argv[1]
+if mode == "late-start" and os.environ["RANK"] == str(int(os.environ["WORLD_SIZE"]) - 1):
+    time.sleep(600)
 me = start(backend=None if mode.startswith("tf-") else "gloo")
 rank, world = me.rank, me.world_size
 piddir = os.environ.get("DPC_TEST_PIDDIR")
