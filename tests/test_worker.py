@@ -120,6 +120,22 @@ def test_report_and_finish_in_a_plain_process():
     assert len(lines) == 3  # no START line outside a launch
 
 
+def test_a_launched_rank_writes_whole_lines():
+    # Unbuffered, print() would write the text and the newline apart and torchrun --tee could cut
+    # the line between them; start() makes stdout and stderr write a line at once.
+    import os
+
+    env = {**os.environ, "DPC_LAUNCH_ID": "test", "PYTHONUNBUFFERED": "1"}
+    code = ("import sys\nfrom helpers.worker import start\n"
+            "before = [(s.line_buffering, s.write_through) for s in (sys.stdout, sys.stderr)]\n"
+            "start(backend=None)\n"
+            "after = [(s.line_buffering, s.write_through) for s in (sys.stdout, sys.stderr)]\n"
+            "print(before, after)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[(False, True), (False, True)] [(True, False), (True, False)]"
+
+
 def test_report_converts_arrays_and_refuses_objects():
     done = _run("import numpy as np\nfrom helpers.worker import report\n"
                 "report(a=np.arange(3), s=np.float32(1.5))\nreport(bad=object())\n")

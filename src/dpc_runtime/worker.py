@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import faulthandler
+import io
 import json
 import linecache
 import os
@@ -179,6 +180,12 @@ def start(backend: str | None = "auto", *, timeout: float = 300.0,
                          "framework makes its own communication; call start(backend=None)")
     launched = me.distributed or "DPC_LAUNCH_ID" in env
     if launched:
+        # Whole lines only: unbuffered (PYTHONUNBUFFERED), print() writes a line's text and its
+        # newline separately, and torchrun's --tee, reading in between, splits the line (chapter 7
+        # once showed "lr 0.0152[rank0]:").
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, io.TextIOWrapper):
+                stream.reconfigure(line_buffering=True, write_through=False)
         # If the launcher stops this rank (a peer failed, a timeout), print where it was: the
         # launcher tells a rank busy elsewhere (the culprit) from one waiting for a peer (a victim).
         faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)

@@ -1,0 +1,51 @@
+"""The rhythm of the chapters (issue 21, item 6): measured by dpc_maintainer.rhythm, held to today's
+figures (they may shrink, never grow) while the chapters are brought to the targets."""
+from __future__ import annotations
+
+from dpc_maintainer import rhythm
+
+# (longest code cell, longest worker script, most words in a markdown cell, share of code cells
+# right after a code cell, test markers and record() calls in what students read), measured on
+# 2026-11-25 with `python -m dpc_maintainer.rhythm`. Lower one when a chapter improves.
+TODAY = {
+    "course/00-setup-and-devices.ipynb": (18, 14, 437, 0.21, 3),
+    "course/01-why-several-devices.ipynb": (41, 0, 310, 0.24, 0),
+    "course/02-mirrored-strategy.ipynb": (24, 0, 459, 0.4, 5),
+    "course/03-tf1-to-tf2.ipynb": (36, 0, 562, 0.13, 4),
+    "course/04-manual-towers.ipynb": (62, 0, 473, 0.3, 7),
+    "course/05-ring-allreduce.ipynb": (21, 19, 457, 0.24, 3),
+    "course/06-horovod.ipynb": (25, 107, 407, 0.14, 2),
+    "course/07-ddp-syncbn.ipynb": (17, 128, 480, 0.3, 9),
+    "course/08-scaling-up.ipynb": (36, 0, 710, 0.38, 4),
+    "course/09-sharding.ipynb": (22, 241, 557, 0.33, 4),
+    "course/10-failures.ipynb": (24, 99, 551, 0.38, 10),
+}
+
+
+def test_no_chapter_reads_worse_than_today():
+    now = rhythm.chapters()
+    assert set(now) == set(TODAY), "a chapter was added or renamed: measure it and add its figures"
+    worse = []
+    for path, r in now.items():
+        figures = (r.code_max, r.script_max, r.words_max, r.code_after_code, r.machinery)
+        names = ("longest code cell", "longest script", "words in a markdown cell",
+                 "code cells right after code", "test machinery")
+        worse += [f"{path}: {n} {v} > {t}" for n, v, t in zip(names, figures, TODAY[path]) if v > t]
+    assert not worse, "\n".join(worse)
+
+
+def test_the_figures_of_a_small_notebook():
+    md = {"cell_type": "markdown", "source": "Train one step and print the loss:"}
+    nb = {"cells": [
+        md,
+        {"cell_type": "code", "source": ["x = 1\n", "\n", "y = 2\n", "record('x', x)"]},
+        {"cell_type": "code", "source": "# NBVAL_CHECK_OUTPUT\nprint(x)"},
+        {"cell_type": "code", "source": "# the same, twice\nprint(y)"},
+        md,
+        {"cell_type": "code", "source": "%%writefile w.py\nimport os\nprint(os.getpid())\n"},
+    ]}
+    r = rhythm.measure(nb)
+    assert (r.code_median, r.code_max, r.script_max) == (2, 3, 2)
+    assert (r.words_median, r.words_max) == (7, 7)
+    assert r.code_after_code == 0.25  # the marker is no sentence; the comment is one
+    assert r.machinery == 2
