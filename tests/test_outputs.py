@@ -53,7 +53,7 @@ UNSTAMPED = {
     "course/03-tf1-to-tf2.ipynb", "course/04-manual-towers.ipynb", "course/05-ring-allreduce.ipynb",
     "course/06-horovod.ipynb", "course/07-ddp-syncbn.ipynb", "course/08-scaling-up.ipynb",
     "course/09-sharding.ipynb",
-    "solutions/06-horovod/horovod.ipynb", "solutions/07-ddp-syncbn/ddp-syncbn.ipynb",
+    "solutions/06-horovod/horovod.ipynb",
 }
 
 
