@@ -1,5 +1,6 @@
 """The rhythm of the chapters (issue 21, item 6): measured by dpc_maintainer.rhythm, held to today's
-figures (they may shrink, never grow) while the chapters are brought to the targets."""
+figures, or the targets where those are met (they may shrink, never grow past both), while the chapters
+are brought to the targets."""
 from __future__ import annotations
 
 from dpc_maintainer import rhythm
@@ -7,6 +8,7 @@ from dpc_maintainer import rhythm
 # (longest code cell, longest worker script, most words in a markdown cell, share of code cells
 # right after a code cell, test markers and record() calls in what students read), measured on
 # 2026-11-25 with `python -m dpc_maintainer.rhythm`. Lower one when a chapter improves.
+KEYS = ("code_max", "script_max", "words_max", "code_after_code", "machinery")
 TODAY = {
     "course/00-setup-and-devices.ipynb": (18, 14, 437, 0.21, 3),
     "course/01-why-several-devices.ipynb": (41, 0, 310, 0.24, 0),
@@ -30,7 +32,9 @@ def test_no_chapter_reads_worse_than_today():
         figures = (r.code_max, r.script_max, r.words_max, r.code_after_code, r.machinery)
         names = ("longest code cell", "longest script", "words in a markdown cell",
                  "code cells right after code", "test machinery")
-        worse += [f"{path}: {n} {v} > {t}" for n, v, t in zip(names, figures, TODAY[path]) if v > t]
+        # Today's figure, or the target where today's is already within it (new cells may use the room).
+        limits = [max(t, rhythm.TARGETS.get(key, t)) for key, t in zip(KEYS, TODAY[path])]
+        worse += [f"{path}: {n} {v} > {lim}" for n, v, lim in zip(names, figures, limits) if v > lim]
     assert not worse, "\n".join(worse)
 
 
