@@ -50,7 +50,6 @@ def test_committed_notebooks_show_no_checkout_path():
 # a notebook leaves this list when it is run and written back; none may join it.
 UNSTAMPED = {
     "course/01-why-several-devices.ipynb", "course/02-mirrored-strategy.ipynb",
-    "course/05-ring-allreduce.ipynb",
     "course/06-horovod.ipynb", "course/07-ddp-syncbn.ipynb", "course/08-scaling-up.ipynb",
     "course/09-sharding.ipynb",
 }
