@@ -172,6 +172,32 @@ def test_a_launch_that_times_out_while_a_rank_is_starting_says_so(tmp_path):
         "ranks 0, 1 had not started yet" in str(info.value)
 
 
+@pytest.mark.timeout(200)
+def test_a_rank_that_never_started_is_blamed_not_the_one_that_timed_out_waiting(tmp_path):
+    # Rank 1 sleeps before start() (no stack dump to read); rank 0 gives up waiting for it at
+    # start-up after 3 s and raises: the one to name is rank 1.
+    with pytest.raises(LaunchError) as info:
+        helpers.launch(RANKS, 2, args=["late-start"], timeout=150, echo=False,
+                       env={"DPC_TEST_PIDDIR": str(tmp_path), "DPC_TEST_START_TIMEOUT": "3"})
+    assert_no_orphans(tmp_path, ranks=set())
+    assert info.value.ranks == [1], str(info.value)
+    assert "rank 1 never started" in str(info.value)
+    assert "Rank 0 then failed waiting for it" in str(info.value)
+
+
+@pytest.mark.timeout(300)
+def test_long_reports_come_back_whole(tmp_path):
+    # Through torchrun's --tee, a 300 KB report line came back cut into 64 KiB pieces glued to other
+    # ranks' lines, and was lost in 4 launches of 8; the protocol's own file carries it whole.
+    for _ in range(3):
+        result = helpers.launch(RANKS, 2, args=["big-report"], echo=False, timeout=240,
+                                env={"DPC_TEST_PIDDIR": str(tmp_path)})
+        for r in (0, 1):
+            assert result.report(r) == {"big": "x" * 300_000}
+        assert not any("x" * 100 in ln for r in (0, 1) for ln in result.lines(r))
+    assert_no_orphans(tmp_path)
+
+
 def test_an_idle_timeout_must_be_positive():
     with pytest.raises(ValueError, match="idle_timeout=0: give a number of seconds above 0, or None"):
         helpers.launch(RANKS, 2, idle_timeout=0)

@@ -136,6 +136,47 @@ def test_a_launched_rank_writes_whole_lines():
     assert done.stdout.splitlines()[-1] == "[(False, True), (False, True)] [(True, False), (True, False)]"
 
 
+def test_under_a_launch_the_protocol_goes_to_the_launch_file_not_stdout(tmp_path):
+    import os
+
+    env = {**os.environ, "DPC_LAUNCH_ID": "test", "DPC_PROTOCOL_DIR": str(tmp_path)}
+    code = ("import os\nfrom helpers.worker import finish, report, start\nstart(backend=None)\n"
+            "print('work')\nreport(loss=0.5)\nprint(os.getpid())\nfinish()")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    work, pid = done.stdout.splitlines()
+    assert work == "work"
+    lines = (tmp_path / f"{pid}.dpc").read_text().splitlines()
+    assert [parse_line(ln) for ln in lines] == [
+        (START, {"rank": 0, "pid": int(pid), "world_size": 1}), (RESULT, {"rank": 0, "loss": 0.5}),
+        (DONE, {"rank": 0, "synced": False, "code": 0})]
+
+
+def test_under_a_launch_a_stopped_rank_writes_its_stack_to_the_launch_file(tmp_path):
+    import os
+    import signal
+    import time
+
+    from dpc_runtime.launch import parse_dump
+
+    script = tmp_path / "busy.py"
+    script.write_text("import time\nfrom helpers.worker import start\nstart(backend=None)\ntime.sleep(600)\n")
+    env = {**os.environ, "DPC_LAUNCH_ID": "test", "DPC_PROTOCOL_DIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env)
+    try:
+        started = tmp_path / f"{proc.pid}.dpc"
+        deadline = time.monotonic() + 60
+        while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # polls for the START record: the event, not a guess of the time
+        assert started.exists(), "the worker never said it started"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        proc.kill()
+    threads = parse_dump((tmp_path / f"0-{proc.pid}.stack").read_text().splitlines())
+    assert any(frames and frames[0][0] == str(script) and frames[0][1] == 4 for frames in threads), threads
+
+
 def test_report_converts_arrays_and_refuses_objects():
     done = _run("import numpy as np\nfrom helpers.worker import report\n"
                 "report(a=np.arange(3), s=np.float32(1.5))\nreport(bad=object())\n")

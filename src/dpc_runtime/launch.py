@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import deque
@@ -32,7 +33,7 @@ from typing import Any
 import psutil
 
 from .quiet import harmless
-from .worker import DONE, RESULT, START, Frame, parse_line, stuck_at
+from .worker import DONE, PROTOCOL_DIR, RESULT, START, Frame, parse_line, stuck_at
 
 LAUNCHERS = ("torchrun", "horovodrun", "tf")
 MARKER = "DPC_LAUNCH_ID"  # put in every launched process's environment, to find them all again
@@ -172,10 +173,11 @@ def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeou
     if idle_timeout is not None and not idle_timeout > 0:
         raise ValueError(f"idle_timeout={idle_timeout!r}: give a number of seconds above 0, or None")
     launch_id = uuid.uuid4().hex
+    protocol = tempfile.mkdtemp(prefix="dpc-launch-")  # the workers' protocol lines (helpers.worker)
     base_env = {**quiet_env(nprocs), **os.environ, **(env or {}), MARKER: launch_id,
-                "PYTHONUNBUFFERED": "1"}
+                "PYTHONUNBUFFERED": "1", PROTOCOL_DIR: protocol}
     procs: list[tuple[int | None, subprocess.Popen[bytes]]] = []
-    stream = _Stream(kind, nprocs, echo)
+    stream = _Stream(kind, nprocs, echo, Path(protocol))
     start = time.monotonic()
     try:
         for rank, argv, extra in commands:
@@ -197,6 +199,7 @@ def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeou
         # torchrun passes its workers' dumps on only while it shuts down, slowly on a loaded machine).
         _signal_launch(launch_id, signal.SIGTERM)
         stream.pump(procs, time.monotonic() + 20.0, stop_on_failure=False)
+        stream.read_stacks()
         if stream.complete():
             result.notes.append(stream.teardown_note(procs))
             if echo:
@@ -207,6 +210,7 @@ def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeou
         raise stream.failure_error(procs)
     finally:
         kill_launch(launch_id, [p for _, p in procs])
+        shutil.rmtree(protocol, ignore_errors=True)
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
@@ -223,13 +227,26 @@ _DUMP_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ .*\(most recent
 _DUMP_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
 
 
+def parse_dump(lines: Sequence[str]) -> list[list[Frame]]:
+    """Each thread's frames, innermost first, from the lines of a faulthandler dump."""
+    threads: list[list[Frame]] = []
+    for line in lines:
+        if _DUMP_THREAD.match(line):
+            threads.append([])
+        elif threads and (frame := _DUMP_FRAME.match(line)):
+            threads[-1].append((frame.group(1), int(frame.group(2)), frame.group(3)))
+    return threads
+
+
 class _Stream:
     """Reads every pipe in the main thread, prefixes lines by rank, keeps per-rank tails, and
     collects what the worker protocol says: results, who started, who finished, where a stopped
     rank was."""
 
-    def __init__(self, launcher: str, nprocs: int, echo: bool) -> None:
+    def __init__(self, launcher: str, nprocs: int, echo: bool, protocol: Path | None = None) -> None:
         self.launcher, self.nprocs, self.echo = launcher, nprocs, echo
+        self.protocol = protocol  # the folder the workers' protocol files are in (None: stdout only)
+        self._read: dict[str, int] = {}  # protocol file -> bytes consumed
         self.outputs: dict[int, list[str]] = {r: [] for r in range(nprocs)}
         self.launcher_lines: list[str] = []
         self.tails: dict[int, deque[str]] = {r: deque(maxlen=TAIL) for r in range(nprocs)}
@@ -264,18 +281,64 @@ class _Stream:
             if self.echo and not self.quiet and text.strip(" *") and not harmless(text):
                 print(f"[{self.launcher}] {text}", flush=True)
 
+    def _record(self, rank: int, tag: str, payload: dict[str, Any]) -> None:
+        if tag == RESULT:
+            self.results.setdefault(rank, []).append({k: v for k, v in payload.items() if k != "rank"})
+        elif tag == START:
+            self.started[rank] = payload
+        elif tag == DONE:
+            self.done[rank] = payload
+
+    def read_protocol(self) -> None:
+        """Take in the complete protocol lines the workers have appended to their files since."""
+        if self.protocol is None:
+            return
+        try:
+            names = sorted(os.listdir(self.protocol))
+        except OSError:
+            return
+        for name in names:
+            path = self.protocol / name
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self._read.get(name, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
+            if not end:
+                continue
+            self._read[name] = self._read.get(name, 0) + end
+            self.last_heard = time.monotonic()
+            for raw in data[:end].splitlines():
+                parsed = parse_line(raw.decode(errors="replace"))
+                if parsed and isinstance(parsed[1].get("rank"), int):
+                    self._record(parsed[1]["rank"], *parsed)
+
+    def read_stacks(self) -> None:
+        """Take each rank's stack dump from the file its faulthandler wrote (helpers.worker.start),
+        in place of what came through the launcher's output, where a line can arrive cut."""
+        if self.protocol is None:
+            return
+        newest: dict[int, tuple[float, Path]] = {}
+        for path in self.protocol.glob("*.stack"):
+            rank_text, _, _ = path.stem.partition("-")
+            try:
+                rank, mtime = int(rank_text), path.stat().st_mtime
+            except (ValueError, OSError):
+                continue
+            if path.stat().st_size and (rank not in newest or mtime > newest[rank][0]):
+                newest[rank] = (mtime, path)  # a restarted rank: its latest process
+        for rank, (_, path) in newest.items():
+            threads = parse_dump(path.read_text(errors="replace").splitlines())
+            if threads:
+                self.stacks[rank] = threads
+
     def _protocol(self, rank: int, text: str) -> bool:
         """Record a protocol line or a line of a stack dump; True if the line was one."""
         parsed = parse_line(text)
         if parsed:
-            tag, payload = parsed
-            if tag == RESULT:
-                payload = {k: v for k, v in payload.items() if k != "rank"}
-                self.results[rank].append(payload)
-            elif tag == START:
-                self.started[rank] = payload
-            elif tag == DONE:
-                self.done[rank] = payload
+            self._record(rank, *parsed)
             return True
         if _DUMP_THREAD.match(text):
             self.stacks.setdefault(rank, []).append([])
@@ -297,6 +360,13 @@ class _Stream:
         stop_on_failure: return True as soon as one process fails; idle: return None (and set
         self.idle) once every rank has started and none has printed a line for that many seconds.
         """
+        try:
+            return self._pump(procs, deadline, stop_on_failure, idle)
+        finally:
+            self.read_protocol()
+
+    def _pump(self, procs: list[tuple[int | None, subprocess.Popen[bytes]]],
+              deadline: float, stop_on_failure: bool, idle: float | None) -> bool | None:
         sel = selectors.DefaultSelector()
         buffers: dict[int, bytes] = {}
         for rank, p in procs:
@@ -306,6 +376,7 @@ class _Stream:
             sel.register(p.stdout, selectors.EVENT_READ, (rank, p))
         open_pipes = len(sel.get_map())
         while open_pipes:
+            self.read_protocol()
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
@@ -434,12 +505,18 @@ class _Stream:
                  and r not in self.stacks]
         busy = [r for r in range(self.nprocs) if r not in failing and r not in self.done
                 and (w := self._where(r)) is not None and not w[0]]
-        culprits = sorted(set(early) | set(busy))
+        # A rank stopped before it ever said it started (no stack: its handler was not set up yet)
+        # while the others failed waiting, e.g. at start-up: the one that never came.
+        unstarted = [r for r in range(self.nprocs) if r not in failing and r not in self.started
+                     and r not in self.done and r not in self.stacks]
+        culprits = sorted(set(early) | set(busy) | set(unstarted))
         if not culprits:
             ranks = self.failed_ranks(procs)
             return self.error(f"{_ranks_text(ranks)} failed", ranks)
         why = [f"rank {r} ended early without finishing (exit code 0, no error)" for r in early]
         why += [f"rank {r} was {self._where(r)[1]}" for r in busy]  # type: ignore[index]
+        why += [f"rank {r} never started (it was stopped before helpers.worker.start(): still in its "
+                "own start-up code)" for r in unstarted]
         victims = sorted(failing)
         return self.error(f"{_ranks_text(culprits)} stopped taking part: {'; '.join(why)}. "
                           f"{_ranks_text(victims).capitalize()} then failed waiting for it",

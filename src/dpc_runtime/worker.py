@@ -9,10 +9,12 @@ A worker script (started by torchrun, horovodrun, srun, the `tf` launcher or pla
     report(loss=0.12, same=True)  # one line the notebook reads back: LaunchResult.report(rank)
     finish()                    # every rank waits for the others, then the process ends, code 0
 
-Three lines on stdout carry the protocol, each a tag and one JSON object; `helpers.launch` reads
-them and does not echo them: `DPC-START` (this rank is up, with its pid), `DPC-RESULT` (what
-`report` was given) and `DPC-DONE` (the rank finished; `synced` when every rank had reached the
-final barrier first).
+Three kinds of line carry the protocol, each a tag and one JSON object: `DPC-START` (this rank is
+up, with its pid), `DPC-RESULT` (what `report` was given) and `DPC-DONE` (the rank finished;
+`synced` when every rank had reached the final barrier first). Under `helpers.launch` they go to a
+file of the launch's own (`DPC_PROTOCOL_DIR`, one file per process) that the launcher reads: not
+through torchrun's `--tee`, which copies a long line in 64 KiB pieces and glues other ranks' lines
+into it. Elsewhere (a SLURM job, plain python) they are lines on stdout.
 
 Why `finish` ends the process with `os._exit`: at a normal interpreter exit, C++ destructors run
 while gloo's (and Horovod's) background threads may still hold work objects; on a loaded machine
@@ -34,12 +36,13 @@ import signal
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 START, RESULT, DONE = "DPC-START", "DPC-RESULT", "DPC-DONE"
 TAGS = (START, RESULT, DONE)
+PROTOCOL_DIR = "DPC_PROTOCOL_DIR"  # set by helpers.launch: its folder for protocol records and stack dumps
 
-__all__ = ["DONE", "RESULT", "START", "TAGS", "Frame", "Worker", "backend_for", "finish",
+__all__ = ["DONE", "PROTOCOL_DIR", "RESULT", "START", "TAGS", "Frame", "Worker", "backend_for", "finish",
            "parse_line", "place", "report", "slurm_first_host", "slurm_place", "slurm_tasks_per_node",
            "start", "stuck_at", "where_now"]
 
@@ -167,6 +170,7 @@ def backend_for(local_world_size: int, gpus: int) -> str:
 
 
 _me: Worker | None = None
+_stack_file: IO[str] | None = None  # where faulthandler writes this rank's stacks (kept open)
 
 
 def start(backend: str | None = "auto", *, timeout: float = 300.0,
@@ -188,7 +192,13 @@ def start(backend: str | None = "auto", *, timeout: float = 300.0,
                 stream.reconfigure(line_buffering=True, write_through=False)
         # If the launcher stops this rank (a peer failed, a timeout), print where it was: the
         # launcher tells a rank busy elsewhere (the culprit) from one waiting for a peer (a victim).
-        faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
+        # Under helpers.launch the dump goes to a file of the launch's own: faulthandler writes a
+        # line in many small writes, and torchrun's --tee, reading in between, cut and glued them.
+        global _stack_file
+        folder = env.get(PROTOCOL_DIR)
+        if folder and os.path.isdir(folder) and _stack_file is None:
+            _stack_file = open(os.path.join(folder, f"{me.rank}-{os.getpid()}.stack"), "w")  # noqa: SIM115
+        faulthandler.register(signal.SIGTERM, file=_stack_file or sys.stderr, all_threads=True, chain=True)
     if backend is not None:
         import torch
         import torch.distributed as dist
@@ -225,10 +235,20 @@ def _jsonable(value: Any) -> Any:
 
 
 def _emit(tag: str, payload: Mapping[str, Any]) -> None:
-    line = f"{tag} {json.dumps(payload, default=_jsonable, separators=(',', ':'))}"
+    data = f"{tag} {json.dumps(payload, default=_jsonable, separators=(',', ':'))}\n".encode()
     sys.stdout.flush()
     sys.stderr.flush()
-    os.write(1, (line + "\n").encode())  # one write: never interleaved with other output
+    folder = os.environ.get(PROTOCOL_DIR)
+    if folder and os.path.isdir(folder):
+        fd = os.open(os.path.join(folder, f"{os.getpid()}.dpc"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            view = memoryview(data)
+            while view:  # a regular file takes it all at once; loop for the rare short write
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    else:
+        os.write(1, data)  # one write: never interleaved with other output
 
 
 def report(**values: Any) -> None:

@@ -2,7 +2,8 @@
 
 ok: all-reduce, report, finish; crash: the last rank raises; hang: the last rank sleeps forever
 before the all-reduce (so the others wait in it); early-exit: the last rank leaves with exit code
-0 before the all-reduce (its peers see the connection drop); late-start: the last rank sleeps
+0 before the all-reduce (its peers see the connection drop); big-report: every rank reports
+300 KB (torchrun's --tee cut such lines); late-start: the last rank sleeps
 before start() (so it never says it started); abort-after-done: every rank
 finishes, then the last one aborts (SIGABRT) as gloo's teardown sometimes does; no-protocol-abort:
 the same abort after a plain last line, without the protocol; tf-*: plain processes (no
@@ -19,7 +20,8 @@ from helpers.worker import finish, report, start
 mode = sys.argv[1]
 if mode == "late-start" and os.environ["RANK"] == str(int(os.environ["WORLD_SIZE"]) - 1):
     time.sleep(600)
-me = start(backend=None if mode.startswith("tf-") else "gloo")
+me = start(backend=None if mode.startswith("tf-") else "gloo",
+           timeout=float(os.environ.get("DPC_TEST_START_TIMEOUT", 300)))
 rank, world = me.rank, me.world_size
 piddir = os.environ.get("DPC_TEST_PIDDIR")
 if piddir:
@@ -46,6 +48,9 @@ if mode == "hang" and last:
 if mode == "early-exit" and last:
     sys.stdout.flush()
     os._exit(0)
+if mode == "big-report":
+    report(big="x" * 300_000)
+    finish()
 t = torch.tensor([float(rank + 1)])
 dist.all_reduce(t)
 print(f"rank {rank} sum {t.item():.0f}")
