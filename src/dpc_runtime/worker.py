@@ -173,6 +173,25 @@ _me: Worker | None = None
 _stack_file: IO[str] | None = None  # where faulthandler writes this rank's stacks (kept open)
 
 
+def _prepare_for_the_launcher(rank: int, env: Mapping[str, str]) -> None:
+    """Make this rank's output whole lines, and have it dump its stacks when the launcher stops it."""
+    # Whole lines only: unbuffered (PYTHONUNBUFFERED), print() writes a line's text and its
+    # newline separately, and torchrun's --tee, reading in between, splits the line (chapter 7
+    # once showed "lr 0.0152[rank0]:").
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(line_buffering=True, write_through=False)
+    # If the launcher stops this rank (a peer failed, a timeout), print where it was: the
+    # launcher tells a rank busy elsewhere (the culprit) from one waiting for a peer (a victim).
+    # Under helpers.launch the dump goes to a file of the launch's own: faulthandler writes a
+    # line in many small writes, and torchrun's --tee, reading in between, cut and glued them.
+    global _stack_file
+    folder = env.get(PROTOCOL_DIR)
+    if folder and os.path.isdir(folder) and _stack_file is None:
+        _stack_file = open(os.path.join(folder, f"{rank}-{os.getpid()}.stack"), "w")  # noqa: SIM115
+    faulthandler.register(signal.SIGTERM, file=_stack_file or sys.stderr, all_threads=True, chain=True)
+
+
 def start(backend: str | None = "auto", *, timeout: float = 300.0,
           environ: Mapping[str, str] | None = None) -> Worker:
     """Find this rank, start torch's process group (backend None: none) and pin the rank's device."""
@@ -183,22 +202,8 @@ def start(backend: str | None = "auto", *, timeout: float = 300.0,
         raise ValueError(f"launched by {'horovodrun' if me.source == 'horovod' else 'TF_CONFIG'}: that "
                          "framework makes its own communication; call start(backend=None)")
     launched = me.distributed or "DPC_LAUNCH_ID" in env
-    if launched:
-        # Whole lines only: unbuffered (PYTHONUNBUFFERED), print() writes a line's text and its
-        # newline separately, and torchrun's --tee, reading in between, splits the line (chapter 7
-        # once showed "lr 0.0152[rank0]:").
-        for stream in (sys.stdout, sys.stderr):
-            if isinstance(stream, io.TextIOWrapper):
-                stream.reconfigure(line_buffering=True, write_through=False)
-        # If the launcher stops this rank (a peer failed, a timeout), print where it was: the
-        # launcher tells a rank busy elsewhere (the culprit) from one waiting for a peer (a victim).
-        # Under helpers.launch the dump goes to a file of the launch's own: faulthandler writes a
-        # line in many small writes, and torchrun's --tee, reading in between, cut and glued them.
-        global _stack_file
-        folder = env.get(PROTOCOL_DIR)
-        if folder and os.path.isdir(folder) and _stack_file is None:
-            _stack_file = open(os.path.join(folder, f"{me.rank}-{os.getpid()}.stack"), "w")  # noqa: SIM115
-        faulthandler.register(signal.SIGTERM, file=_stack_file or sys.stderr, all_threads=True, chain=True)
+    if launched:  # whole lines on stdout, and where it was when stopped (helpers.launch reads both)
+        _prepare_for_the_launcher(me.rank, env)
     if backend is not None:
         import torch
         import torch.distributed as dist

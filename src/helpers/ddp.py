@@ -15,7 +15,7 @@ __all__ = ["cosine_warmup", "reduce_value", "setup"]
 
 
 def setup(backend: str = "auto", environ: Mapping[str, str] | None = None) -> tuple[Worker, torch.device]:
-    """Start the process group if launched as one rank of many (helpers.worker.start); return (who, device). Chapter 7 (chapter 7)."""
+    """Start the process group if launched as one rank of many (helpers.worker.start); return (who, device) (chapter 7)."""
     me = start(backend, environ=environ)
     return me, torch.device(me.device)
 
