@@ -276,10 +276,10 @@ class _Stream:
             print(f"[rank {rank}] {text}", flush=True)
 
     def _launcher_line(self, text: str) -> None:
-            # The launcher's own failure report is summarised by LaunchError: do not echo it.
-            self.quiet = self.quiet or text.startswith("Traceback") or " failed (exitcode" in text
-            if self.echo and not self.quiet and text.strip(" *") and not harmless(text):
-                print(f"[{self.launcher}] {text}", flush=True)
+        # The launcher's own failure report is summarised by LaunchError: do not echo it.
+        self.quiet = self.quiet or text.startswith("Traceback") or " failed (exitcode" in text
+        if self.echo and not self.quiet and text.strip(" *") and not harmless(text):
+            print(f"[{self.launcher}] {text}", flush=True)
 
     def _record(self, rank: int, tag: str, payload: dict[str, Any]) -> None:
         if tag == RESULT:
