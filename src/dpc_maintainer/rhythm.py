@@ -16,6 +16,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dpc_runtime.notebook import source
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # The targets of issue 21, item 6 (tensorflow/docs' distribute notebooks: code cells median 4,
@@ -37,11 +39,6 @@ class Rhythm:
     machinery: int
 
 
-def _source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
-
-
 def _p90(values: list[int]) -> float:
     if len(values) < 2:
         return float(values[0]) if values else 0.0
@@ -56,7 +53,7 @@ def measure(nb: dict) -> Rhythm:
     after_code = code_cells = machinery = 0
     previous = None
     for cell in nb["cells"]:
-        text = _source(cell)
+        text = source(cell)
         if cell["cell_type"] == "markdown":
             words.append(len(re.findall(r"\w+", text)))
         elif cell["cell_type"] == "code":

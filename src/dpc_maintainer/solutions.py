@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dpc_runtime import manifest
+from dpc_runtime import manifest, notebook as nb_cells
 from dpc_runtime.metrics import ENV as METRICS_ENV, read as read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def defaults(notebook: Path) -> dict[str, object]:
     for cell in nb["cells"]:
         if cell["cell_type"] != "code" or "parameters" not in cell.get("metadata", {}).get("tags", []):
             continue
-        for node in ast.parse("".join(cell["source"])).body:
+        for node in ast.parse(nb_cells.source(cell)).body:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 try:
                     found[node.targets[0].id] = ast.literal_eval(node.value)

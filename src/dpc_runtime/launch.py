@@ -293,12 +293,8 @@ class _Stream:
         """Take in the complete protocol lines the workers have appended to their files since."""
         if self.protocol is None:
             return
-        try:
-            names = sorted(os.listdir(self.protocol))
-        except OSError:
-            return
-        for name in names:
-            path = self.protocol / name
+        for path in sorted(self.protocol.glob("*.dpc")):  # not the *.stack files beside them
+            name = path.name
             try:
                 with open(path, "rb") as f:
                     f.seek(self._read.get(name, 0))
@@ -324,10 +320,11 @@ class _Stream:
         for path in self.protocol.glob("*.stack"):
             rank_text, _, _ = path.stem.partition("-")
             try:
-                rank, mtime = int(rank_text), path.stat().st_mtime
+                rank, stat = int(rank_text), path.stat()
             except (ValueError, OSError):
                 continue
-            if path.stat().st_size and (rank not in newest or mtime > newest[rank][0]):
+            mtime = stat.st_mtime
+            if stat.st_size and (rank not in newest or mtime > newest[rank][0]):
                 newest[rank] = (mtime, path)  # a restarted rank: its latest process
         for rank, (_, path) in newest.items():
             threads = parse_dump(path.read_text(errors="replace").splitlines())
@@ -459,6 +456,10 @@ class _Stream:
         threads = self.stacks.get(rank)
         return stuck_at(threads) if threads else None
 
+    def _never_started(self, rank: int) -> bool:
+        """The rank never said it started, and left no stack: stopped in its own start-up code."""
+        return rank not in self.started and rank not in self.stacks
+
     def _victim(self, rank: int) -> bool:
         where = self._where(rank)
         if where is not None and where[0]:
@@ -477,7 +478,7 @@ class _Stream:
                 if idle is not None else f"timed out after {timeout:.0f} s")
         busy = [r for r in hung if (w := self._where(r)) is not None and not w[0]]
         if not busy:
-            starting = [r for r in hung if r not in self.started and self._where(r) is None]
+            starting = [r for r in hung if self._never_started(r)]
             why = (f"; {_ranks_text(starting)} had not started yet (still starting Python and "
                    "importing, or meeting the others at start-up: a loaded machine, or a timeout too "
                    "short)" if starting else " (a hang: a collective waiting for a peer?)")
@@ -507,8 +508,8 @@ class _Stream:
                 and (w := self._where(r)) is not None and not w[0]]
         # A rank stopped before it ever said it started (no stack: its handler was not set up yet)
         # while the others failed waiting, e.g. at start-up: the one that never came.
-        unstarted = [r for r in range(self.nprocs) if r not in failing and r not in self.started
-                     and r not in self.done and r not in self.stacks]
+        unstarted = [r for r in range(self.nprocs)
+                     if r not in failing and r not in self.done and self._never_started(r)]
         culprits = sorted(set(early) | set(busy) | set(unstarted))
         if not culprits:
             ranks = self.failed_ranks(procs)
