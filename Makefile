@@ -54,13 +54,15 @@ lint: setup
 	$(PY) -m mypy
 
 # Test files run TEST_WORKERS at a time (pytest-xdist; a file's tests, and so its module fixtures
-# and a notebook's cells, stay on one worker). TEST_WORKERS=0: one process, in order.
+# and a notebook's cells, stay on one worker), handed out in tests/conftest.py's order (xdist's own
+# reorder, most tests first, would leave the longest files, which have few tests, to the end).
+# TEST_WORKERS=0: one process, in order.
 TEST_WORKERS ?= 2
 test: setup lint
 	$(PY) -m dpc_maintainer.notebooks
 	$(PY) -m pytest tests build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 	  --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs --durations=25 \
-	  -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	  -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 labs: setup
 	$(PY) -m dpc_instructor.labs generate

@@ -1,6 +1,8 @@
 """Order of the suite's files: the long ones first, so that the two workers of `make test`
-(pytest-xdist, --dist loadfile, which hands out files in collection order) end together instead
-of one grading a lab alone at the end. Within a file, the order is the file's own.
+(pytest-xdist, --dist loadfile --no-loadscope-reorder, which hands out files in collection order)
+end together instead of one grading a lab alone at the end. Within a file, the order is the file's
+own. (Without --no-loadscope-reorder xdist sorts files by their number of tests, most first: the
+classroom, one test of 5 minutes, then started 18 minutes into a 20-minute run.)
 
 Also: the grading runs of one session share the reference solutions' records (DPC_REFERENCES,
 dpc_instructor.grade.reference): a lab graded by several files is run as its reference once."""
@@ -13,13 +15,17 @@ from pathlib import Path
 
 import pytest
 
-# Files that take minutes (each grades a lab in several notebooks, or runs a chapter), longest first.
-# (measured with --durations on a 2-core machine: lab 6 about 200 s, lab 7 170, lab 1 150, ...);
-# the classroom first of all: it builds the class environment (make class-env) that test_release uses.
+# Files that take minutes (each grades a lab in several notebooks, or runs a chapter), longest first
+# (seconds each in a make test on a 2-core machine, 2026-11-25: classroom 328, lab 7 238, lab 1 205,
+# test_launch 149, lab 6 146, lab 9 146, lab 5 134, class grading 122, intake 69, lab 2 67, release
+# 66, chapters 7/10/6/8 50-66 each, cluster 55, lab 4 51); the classroom first of all: it builds
+# the class environment (make class-env) that test_release uses.
 FIRST = ("tests/test_classroom.py",) + tuple(f"tests/test_grading_{name}.py" for name in (
-    "06_horovod", "07_ddp_syncbn", "01_input_pipeline", "09_zero", "05_ring_allreduce",
-    "02_mirrored_strategy", "class", "intake", "04_manual_towers")) + (
-    "tests/test_grading_", "build/nbtest/", "tests/test_release.py")
+    "07_ddp_syncbn", "01_input_pipeline", "06_horovod", "09_zero", "05_ring_allreduce", "class")) + (
+    "tests/test_launch.py",) + tuple(f"tests/test_grading_{name}.py" for name in (
+    "intake", "02_mirrored_strategy", "04_manual_towers")) + (
+    "tests/test_grading_", "tests/test_release.py", "build/nbtest/", "tests/test_cluster.py",
+    "tests/test_multinode.py")
 
 
 def _rank(item: pytest.Item) -> int:
