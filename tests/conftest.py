@@ -5,9 +5,11 @@ own. (Without --no-loadscope-reorder xdist sorts files by their number of tests,
 classroom, one test of 5 minutes, then started 18 minutes into a 20-minute run.)
 
 Also: the grading runs of one session share the reference solutions' records (DPC_REFERENCES,
-dpc_instructor.grade.reference): a lab graded by several files is run as its reference once."""
+dpc_instructor.grade.reference) and the seed of the hidden tests' cases (DPC_GRADE_SEED): a lab
+graded by several files is run as its reference once."""
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import uuid
@@ -40,3 +42,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex  # the same in every xdist worker
     os.environ.setdefault("DPC_REFERENCES", str(Path(tempfile.gettempdir()) / f"dpc-references-{run[:12]}"))
+    # one seed of the hidden tests for the whole session (else each grading run drew its own and
+    # could not share a reference): new in every session, printed by every grading run
+    os.environ.setdefault("DPC_GRADE_SEED", str(int(hashlib.sha256(run.encode()).hexdigest()[:7], 16)))

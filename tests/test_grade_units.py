@@ -225,3 +225,21 @@ def test_set_parameters_adds_the_values_to_the_parameters_cell(tmp_path):
     assert (values["N_SAMPLES"], values["KERAS_WORKERS"], values["LATENCY_MS"]) == (256, [1, 2], 4.0)
     assert values["BATCH_SIZE"] == 32  # the others keep their defaults
     assert notebook.grade_id(cell) == "lab01-parameters"
+
+
+def test_every_job_of_a_run_gets_its_seed(tmp_path):
+    """The reference and every student of one run see the same hidden cases: the run's seed is in
+    each job's environment (and so the kernel's)."""
+    assert grade.job_env(tmp_path, None, 4242)["DPC_GRADE_SEED"] == "4242"
+    assert grade.job_env(tmp_path, 30)["DPC_GRADE_SEED"] == "0"
+
+
+def test_a_seed_that_is_no_number_is_one_clear_error(tmp_path, monkeypatch, capsys):
+    (tmp_path / "subs" / "ann").mkdir(parents=True)
+    monkeypatch.setenv("DPC_GRADE_SEED", "abc")
+    try:
+        grade.main([str(tmp_path / "subs"), "--lab", "04-manual-towers", "--course", str(tmp_path / "c")])
+    except SystemExit as stop:
+        assert str(stop.code) == "grade: DPC_GRADE_SEED must be a non-negative integer, not 'abc'"
+    else:
+        raise AssertionError("grade accepted DPC_GRADE_SEED=abc")

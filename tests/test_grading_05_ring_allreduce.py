@@ -9,7 +9,9 @@ the points of the tests they break, and a deadlock is stopped by its guard, not 
 a rank that never reaches the ring (an endless loop) is the one the error names. A submission that
 does no work and fights the tests (case "tamper": gradekit.TAMPER, np.all made to hold, the
 harness's ring_bytes_per_worker made 0, and a worker module that makes torch.equal hold in every
-rank) gets 0: every test cell's recorded values are compared outside the kernel."""
+rank) gets 0: every test cell's recorded values are compared outside the kernel. A submission right
+only for the sizes the tests used before their hidden cases were drawn per grading run (case
+"forged") loses the three simulation tests: the drawn sizes find it out."""
 from __future__ import annotations
 
 import json
@@ -212,13 +214,40 @@ def ring_allreduce(flat):
 ''',
 }
 
+# Right only for the sizes the simulation tests used before their hidden cases were drawn per
+# grading run (dpc_runtime.judge.rng), and no work for any other: what a submission that stored the
+# expected answers of known cases would do. The drawn cases find it out.
+KNOWN_SIZES = {2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 14, 17, 20, 21, 30, 31, 50, 51}
+FORGED = {
+    "lab05-sim-reduce-scatter": REFERENCE["lab05-sim-reduce-scatter"] + f'''
+
+_KNOWN = {KNOWN_SIZES}
+_right_rs = sim_reduce_scatter
+
+
+def sim_reduce_scatter(chunks, wire):
+    if sum(len(c) for c in chunks[0]) in _KNOWN:
+        _right_rs(chunks, wire)
+''',
+    "lab05-sim-all-gather": REFERENCE["lab05-sim-all-gather"] + '''
+
+_right_ag = sim_all_gather
+
+
+def sim_all_gather(chunks, wire):
+    if sum(len(c) for c in chunks[0]) in _KNOWN:
+        _right_ag(chunks, wire)
+''',
+    "lab05-real": REFERENCE["lab05-real"],
+}
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {s: {name: fill(RELEASE, a)} for s, a in [
         ("different", DIFFERENT), ("wrong", WRONG), ("wasteful", WASTEFUL),
-        ("tamper", TAMPERING)]}
+        ("tamper", TAMPERING), ("forged", FORGED)]}
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), notebook_timeout=600)
 
 
@@ -245,6 +274,12 @@ def test_wasted_traffic_and_wrong_real_step_lose_their_points(graded):
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "12"), row
+
+
+def test_answers_right_only_for_known_cases_lose_the_drawn_ones(graded):
+    row = graded["forged"]
+    assert row["status"] == "graded", row
+    assert lost(row) == {"lab05-test-sim-rs", "lab05-test-sim-ag", "lab05-test-sim-traffic"}, row
 
 
 def test_a_rank_that_never_reaches_the_ring_is_named(tmp_path):

@@ -184,3 +184,17 @@ def test_a_record_made_by_hand_fails_and_never_stops_the_judge():
         why = judge.verdict(ref, [{"name": "w", "value": value}])
         assert why is not None, value
     assert judge.verdict(ref, ["w"]) == "the cell's records are malformed"
+
+
+def test_hidden_cases_come_from_the_runs_seed(monkeypatch):
+    """judge.rng() draws from DPC_GRADE_SEED (the grader sets one per run), else from 0; the same
+    seed draws the same cases; a value that is no seed is one clear error."""
+    monkeypatch.delenv(judge.SEED_VARIABLE, raising=False)
+    assert judge.seed() == 0
+    unseeded = judge.rng().integers(1 << 30, size=4).tolist()
+    monkeypatch.setenv(judge.SEED_VARIABLE, "12345")
+    first, again = judge.rng().integers(1 << 30, size=4).tolist(), judge.rng().integers(1 << 30, size=4).tolist()
+    assert judge.seed() == 12345 and first == again != unseeded
+    monkeypatch.setenv(judge.SEED_VARIABLE, "-3")
+    with pytest.raises(ValueError, match="DPC_GRADE_SEED must be a non-negative integer, not '-3'"):
+        judge.rng()

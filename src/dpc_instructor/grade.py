@@ -25,6 +25,10 @@ nbgrader over IPC sockets). Per-cell time limits come from the repository's nbgr
 breaks is repaired (repair: copied cells, lost or edited metadata, moved or deleted locked cells;
 the note column says what was repaired).
 
+Hidden tests draw their cases from one seed per run (dpc_runtime.judge.rng; --seed, else a new
+one, printed): the reference and every student of a run see the same cases, and no answer can hold
+the values of the next run's.
+
 The result is added to the course gradebook (src/dpc_instructor/gradebook.py; default build/course): a regraded
 student replaces only their own lab; everyone else is untouched; runs may overlap. The CSV written
 by --out has one row per student of this run; `make grades` exports the whole course.
@@ -39,6 +43,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import stat
 import sys
@@ -353,16 +358,18 @@ class Run:
     notebook_timeout: float
     limits: sandbox.Limits
     sandboxed: bool
+    seed: int = 0  # of the hidden tests' cases (dpc_runtime.judge.seed): the reference's and every student's
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def job_env(scratch: Path, cell_timeout: int | None) -> dict[str, str]:
+def job_env(scratch: Path, cell_timeout: int | None, seed: int = 0) -> dict[str, str]:
     """The environment of one student's nbgrader and kernel: sandbox.clean_env, plus Jupyter's
     folders in the job folder (jupyter_client writes a kernel's connection file to TMPDIR, which the
-    kernel's sandbox must see: it is the runtime folder)."""
+    kernel's sandbox must see: it is the runtime folder) and the run's seed of the hidden tests."""
     env = sandbox.clean_env(scratch / "home", scratch / "runtime")
     env.update(JUPYTER_PATH=str(scratch / "share"), JUPYTER_RUNTIME_DIR=str(scratch / "runtime"),
                PYDEVD_DISABLE_FILE_VALIDATION="1")
+    env[judge.SEED_VARIABLE] = str(seed)
     if cell_timeout:
         env["DPC_CELL_TIMEOUT"] = str(cell_timeout)
     return env
@@ -380,10 +387,11 @@ def set_parameters(path: Path, values: dict[str, object]) -> None:
 
 def prepare(course: gradebook.Course, lab: str, names: list[str], cell_timeout: int | None,
             notebook_timeout: float, sandboxed: bool, limits: sandbox.Limits = sandbox.Limits(),
-            parameters: str = "defaults") -> Run:
+            parameters: str = "defaults", seed: int = 0) -> Run:
     """The lab in the course gradebook, and a template course folder every job copies (its
     notebooks run with `parameters`: their defaults, or course.yml's `ci` values), with the
-    reference's records the judge compares every student's with (reference)."""
+    reference's records the judge compares every student's with (reference), its hidden tests'
+    cases drawn with `seed`."""
     course.add_lab(lab)
     template = course.jobs / f"template-{lab}-{uuid.uuid4().hex[:8]}"
     gradebook.nbgrader_course(template, lab)
@@ -397,7 +405,7 @@ def prepare(course: gradebook.Course, lab: str, names: list[str], cell_timeout: 
         raise SystemExit(f"grade: nbgrader generate_assignment failed:\n{out}")
     release = {n: json.loads((template / "release" / lab / f"{n}.ipynb").read_text()) for n in names}
     shutil.rmtree(template / "release")
-    run = Run(course, lab, template, release, cell_timeout, notebook_timeout, limits, sandboxed)
+    run = Run(course, lab, template, release, cell_timeout, notebook_timeout, limits, sandboxed, seed)
     reference(run)
     return run
 
@@ -445,7 +453,7 @@ def _autograde(run: Run, scratch: Path, sid: str, notebooks: dict[str, dict], ke
     home, khome = scratch / "home", scratch / "kernel-home"
     for d in (home, khome, scratch / "runtime", scratch / "share", scratch / "autograded"):
         d.mkdir()
-    env = job_env(scratch, run.cell_timeout)
+    env = job_env(scratch, run.cell_timeout, run.seed)
     argv = [str(BIN / "nbgrader"), "autograde", lab, f"--student={sid}", "--force"]
     if run.sandboxed:
         graded = scratch / "autograded" / sid / lab
@@ -474,10 +482,10 @@ def reference(run: Run) -> None:
     """Run the lab's source (the solution, hidden tests included) through the grader once, and keep
     what its test cells recorded as every student's reference (dpc_runtime.judge), in the
     template. Cached in the course (or the folder DPC_REFERENCES names), keyed by a hash of the
-    notebooks and of the judge's code."""
+    notebooks, of the judge's code and of the run's seed (the hidden tests' cases)."""
     lab = run.lab
     sources = {n: (run.template / "source" / lab / f"{n}.ipynb").read_bytes() for n in sorted(run.release)}
-    key = hashlib.sha256()
+    key = hashlib.sha256(f"seed {run.seed}\0".encode())
     for name, data in sources.items():
         key.update(name.encode() + b"\0" + data)
     for module in (judge, nbgrader_hooks):
@@ -593,7 +601,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="MiB of files one student's grading may write in all (stopped there)")
     p.add_argument("--notebook-timeout", type=float, default=900,
                    help="wall-clock seconds for one student's whole lab")
+    p.add_argument("--seed", type=int, default=None,
+                   help=f"seed of the hidden tests' cases (default: ${judge.SEED_VARIABLE}, else a new "
+                        "one for this run); the same seed grades the same cases again")
     a = p.parse_args(argv)
+    try:
+        seed = a.seed if a.seed is not None else (
+            judge.seed() if os.environ.get(judge.SEED_VARIABLE) else secrets.randbelow(1 << 31))
+    except ValueError as err:
+        raise SystemExit(f"grade: {err}") from None
+    if seed < 0:
+        raise SystemExit(f"grade: --seed must be a non-negative integer (got {seed})")
     sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]  # any name, any locale
     sandboxed = not sandbox.disabled()
     sandbox.require()
@@ -604,9 +622,9 @@ def main(argv: list[str] | None = None) -> int:
     course = gradebook.Course(a.course or gradebook.DEFAULT)
     jobs = a.jobs or default_jobs(a.lab, len(students))
     print(f"grading {len(students)} submission(s) of {a.lab} into {course.root}, {jobs} at a time"
-          f"{'' if sandboxed else ' (NOT sandboxed)'}")
+          f"{'' if sandboxed else ' (NOT sandboxed)'}; hidden tests drawn with --seed {seed}")
     run = prepare(course, a.lab, names, a.cell_timeout, a.notebook_timeout, sandboxed,
-                  sandbox.Limits(disk=a.disk_mb << 20), a.parameters)
+                  sandbox.Limits(disk=a.disk_mb << 20), a.parameters, seed)
     start = time.monotonic()
     try:
         with ThreadPoolExecutor(jobs) as pool:

@@ -21,10 +21,30 @@ from __future__ import annotations
 
 import base64
 import math
+import os
 from typing import Any
 
 MIME = "application/vnd.dpc.record+json"
 ARRAY_LIMIT = 1 << 20  # elements one recorded array may have
+SEED_VARIABLE = "DPC_GRADE_SEED"  # set by the grader (dpc_instructor.grade): one seed per grading run
+
+
+def seed() -> int:
+    """The seed of this grading run's hidden test cases: DPC_GRADE_SEED, which the grader sets for
+    the reference and every student alike (a new one each run, unless --seed names it), else 0 (the
+    solution notebooks' own runs)."""
+    value = os.environ.get(SEED_VARIABLE, "0")
+    if not value.isdigit():
+        raise ValueError(f"{SEED_VARIABLE} must be a non-negative integer, not {value!r}")
+    return int(value)
+
+
+def rng() -> Any:
+    """A numpy Generator seeded with seed(): a hidden test draws its cases from it, so the values it
+    checks are new in every grading run and cannot be written into an answer in advance."""
+    import numpy as np
+
+    return np.random.default_rng(seed())
 
 
 def plain(value: Any) -> Any:
