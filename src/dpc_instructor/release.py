@@ -413,6 +413,9 @@ def main(argv: list[str]) -> int:
                     help=f"release folder (default {DEFAULT_OUT})")
     ap.add_argument("--allow-missing", action="store_true",
                     help=f"build even when {' / '.join(REQUIRED)} are missing (tests; never hand it out)")
+    ap.add_argument("--no-labs-check", action="store_true",
+                    help="skip the check that labs/ is generated from solutions/ (tests, where it has a "
+                         "test of its own; never for a release handed out)")
     ap.add_argument("--parent", metavar="REPO",
                     help="continue the `student` branch of REPO (URL or folder: the published student "
                          "repository), e.g. after `make clean`; default: the previous release in --out")
@@ -423,7 +426,8 @@ def main(argv: list[str]) -> int:
         if args.overlaps:
             print_overlaps()
         else:
-            build(args.out, allow_missing=args.allow_missing, parent=args.parent)
+            build(args.out, allow_missing=args.allow_missing, check_labs=not args.no_labs_check,
+                  parent=args.parent)
     except ReleaseError as e:
         print(f"release: refused: {e}", file=sys.stderr, flush=True)
         return 1
