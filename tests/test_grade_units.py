@@ -8,6 +8,8 @@ import os
 import re
 from pathlib import Path
 
+import pytest
+
 from dpc_instructor import grade, gradebook
 from dpc_runtime import notebook
 
@@ -231,15 +233,12 @@ def test_every_job_of_a_run_gets_its_seed(tmp_path):
     """The reference and every student of one run see the same hidden cases: the run's seed is in
     each job's environment (and so the kernel's)."""
     assert grade.job_env(tmp_path, None, 4242)["DPC_GRADE_SEED"] == "4242"
-    assert grade.job_env(tmp_path, 30)["DPC_GRADE_SEED"] == "0"
+    assert grade.job_env(tmp_path, 30, 0)["DPC_GRADE_SEED"] == "0"
 
 
-def test_a_seed_that_is_no_number_is_one_clear_error(tmp_path, monkeypatch, capsys):
+def test_a_seed_that_is_no_number_is_one_clear_error(tmp_path, monkeypatch):
     (tmp_path / "subs" / "ann").mkdir(parents=True)
     monkeypatch.setenv("DPC_GRADE_SEED", "abc")
-    try:
+    with pytest.raises(SystemExit) as stop:
         grade.main([str(tmp_path / "subs"), "--lab", "04-manual-towers", "--course", str(tmp_path / "c")])
-    except SystemExit as stop:
-        assert str(stop.code) == "grade: DPC_GRADE_SEED must be a non-negative integer, not 'abc'"
-    else:
-        raise AssertionError("grade accepted DPC_GRADE_SEED=abc")
+    assert str(stop.value.code) == "grade: DPC_GRADE_SEED must be a non-negative integer, not 'abc'"

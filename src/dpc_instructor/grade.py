@@ -358,11 +358,11 @@ class Run:
     notebook_timeout: float
     limits: sandbox.Limits
     sandboxed: bool
-    seed: int = 0  # of the hidden tests' cases (dpc_runtime.judge.seed): the reference's and every student's
+    seed: int  # of the hidden tests' cases (dpc_runtime.judge.seed): the reference's and every student's
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def job_env(scratch: Path, cell_timeout: int | None, seed: int = 0) -> dict[str, str]:
+def job_env(scratch: Path, cell_timeout: int | None, seed: int) -> dict[str, str]:
     """The environment of one student's nbgrader and kernel: sandbox.clean_env, plus Jupyter's
     folders in the job folder (jupyter_client writes a kernel's connection file to TMPDIR, which the
     kernel's sandbox must see: it is the runtime folder) and the run's seed of the hidden tests."""
@@ -386,8 +386,8 @@ def set_parameters(path: Path, values: dict[str, object]) -> None:
 
 
 def prepare(course: gradebook.Course, lab: str, names: list[str], cell_timeout: int | None,
-            notebook_timeout: float, sandboxed: bool, limits: sandbox.Limits = sandbox.Limits(),
-            parameters: str = "defaults", seed: int = 0) -> Run:
+            notebook_timeout: float, sandboxed: bool, seed: int, limits: sandbox.Limits = sandbox.Limits(),
+            parameters: str = "defaults") -> Run:
     """The lab in the course gradebook, and a template course folder every job copies (its
     notebooks run with `parameters`: their defaults, or course.yml's `ci` values), with the
     reference's records the judge compares every student's with (reference), its hidden tests'
@@ -623,8 +623,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs = a.jobs or default_jobs(a.lab, len(students))
     print(f"grading {len(students)} submission(s) of {a.lab} into {course.root}, {jobs} at a time"
           f"{'' if sandboxed else ' (NOT sandboxed)'}; hidden tests drawn with --seed {seed}")
-    run = prepare(course, a.lab, names, a.cell_timeout, a.notebook_timeout, sandboxed,
-                  sandbox.Limits(disk=a.disk_mb << 20), a.parameters, seed)
+    run = prepare(course, a.lab, names, a.cell_timeout, a.notebook_timeout, sandboxed, seed,
+                  sandbox.Limits(disk=a.disk_mb << 20), a.parameters)
     start = time.monotonic()
     try:
         with ThreadPoolExecutor(jobs) as pool:
