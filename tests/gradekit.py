@@ -81,7 +81,7 @@ def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
     be written as a notebook (links, pipes); `args` go to the grader. The notebooks run with
     course.yml's ci parameters (smaller runs: what is graded does not change), or `"defaults"`.
     Also checks what every grading run must guarantee: exit 0, submissions untouched, no process
-    left behind.
+    left behind, the run's seed on every row.
     """
     subs = work / "submissions"
     for student, notebooks in students.items():
@@ -113,7 +113,10 @@ def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
             continue
     assert not leftovers, f"processes left running after grading: {leftovers}"
     with out.open(encoding="utf-8") as f:
-        return {row["student"]: row for row in csv.DictReader(f)}
+        rows = {row["student"]: row for row in csv.DictReader(f)}
+    seed = args[args.index("--seed") + 1] if "--seed" in args else os.environ["DPC_GRADE_SEED"]
+    assert {row["seed"] for row in rows.values()} <= {seed}, "each row names the run's seed"
+    return rows
 
 
 # What a submission must never change on the grading host: device nodes the sandbox shares, the
@@ -128,7 +131,7 @@ def host_state() -> dict[str, tuple[int, int, int, int, int]]:
             for p in HOST_FILES for s in [os.stat(p)]}
 
 
-CSV_FIELDS = {"student", "grader_id", "lab", "score", "max_score", "status", "notes"}  # the rest: one column per test cell
+CSV_FIELDS = {"student", "grader_id", "lab", "score", "max_score", "status", "notes", "seed"}  # the rest: one column per test cell
 
 
 def lost(row: dict[str, str]) -> set[str]:

@@ -1,8 +1,9 @@
 """Lab 9 (a sharded optimizer step, ZeRO-1) graded end to end: submissions built from the student
 copy in labs/ are autograded by src/dpc_instructor/grade.py with real torchrun launches on 2, 3 and 4 ranks.
 
-Two correct submissions get full marks: the reference (reduce-scatter, a padded all-gather) and a
-different one (all-reduce then slice, one broadcast per owner). Each typical ZeRO mistake loses
+A correct submission written differently from the reference gets full marks (all-reduce then
+slice, one broadcast per owner); the reference itself (reduce-scatter, a padded all-gather) passes,
+or the grader refuses to grade (dpc_instructor.grade.reference). Each typical ZeRO mistake loses
 exactly the points of the test cells it breaks:
 
 * wrong shard boundaries (every slice numel // N long, the remainder owned by nobody) and the
@@ -218,10 +219,9 @@ def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
     pass
 """,
 }
-SUBMISSIONS = {"correct": CORRECT, "different": DIFFERENT, "bounds-and-sum": WRONG_BOUNDS_AND_SUM,
+SUBMISSIONS = {"different": DIFFERENT, "bounds-and-sum": WRONG_BOUNDS_AND_SUM,
                "whole-model": WRONG_WHOLE, "no-gather": WRONG_NO_GATHER, "tamper": TAMPERING}
 EXPECTED_LOST = {
-    "correct": set(),
     "different": set(),
     "bounds-and-sum": {"lab09-test-bounds", "lab09-test-grad", "lab09-test-weights"},
     "whole-model": {"lab09-test-memory"},

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -132,6 +133,7 @@ def totals(rows) -> dict[str, str]:
     return {r["student"]: r["points"] for r in rows if r["lab"] == LAB and r["cell"] == "(lab total)"}
 
 
+LATE_SEED = str(int(os.environ["DPC_GRADE_SEED"]) + 1)  # the late batch's hidden cases: another draw
 # nbgrader's files beside the late student's notebook (as `nbgrader collect` leaves them)
 HANDED_IN = {"timestamp.txt": "2026-11-24 09:00:00.000000 UTC", "submission_secret.txt": "3f9c2b7d"}
 
@@ -156,7 +158,8 @@ def graded(tmp_path_factory):
     before = course_rows(course, work)
     late_work = tmp_path_factory.mktemp("late")
     rows2 = grade_all(LAB, {"wrong": {NB: fill(lab4.RELEASE, lab4.CORRECT)},
-                            "late": {NB: fill(lab4.RELEASE, lab4.CORRECT), **HANDED_IN}}, late_work, course=course)
+                            "late": {NB: fill(lab4.RELEASE, lab4.CORRECT), **HANDED_IN}}, late_work, course=course,
+                      args=("--seed", LATE_SEED))  # its own hidden cases (its own reference run anyway: ci values)
     after = course_rows(course, work)
     return {"rows1": rows1, "rows2": rows2, "daemons": daemons, "before": before, "after": after,
             "course": course, "work": work, "host": (host, host_state())}
@@ -206,6 +209,11 @@ def test_a_late_batch_changes_only_its_own_students(graded):
     assert cells == set(lab4_tests())
     course = {r["student"]: (r["points"], r["max_points"]) for r in graded["after"] if r["lab"] == "(course)"}
     assert course["late"][0] == "14" and float(course["late"][1]) >= 14
+    # each grade keeps the seed its hidden cases were drawn with (to grade the same cases again)
+    seeds = {r["student"]: r["seed"] for r in graded["after"] if r["cell"] == "(lab total)"}
+    first = os.environ["DPC_GRADE_SEED"]
+    assert seeds == {"victim": first, "cheat": first, "vandal": first, "tamper": first,
+                     "wrong": LATE_SEED, "late": LATE_SEED}
 
 
 def test_feedback_shows_results_without_hidden_tests(graded, tmp_path):

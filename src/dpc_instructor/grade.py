@@ -417,7 +417,7 @@ def grade_one(st: Student, run: Run) -> Student:
     except Exception as err:  # noqa: BLE001  (a malformed notebook must not stop the class)
         st.status = f"not graded: the grader could not process this submission ({type(err).__name__}: {err})"
         with run.lock:
-            run.course.record(run.lab, st.id, None, st.status, st.notes, st.seconds, st.name)
+            run.course.record(run.lab, st.id, None, st.status, st.notes, st.seconds, st.name, run.seed)
         return st
 
 
@@ -425,7 +425,7 @@ def _grade_one(st: Student, run: Run) -> Student:
     """Grade one student in a private course folder and sandbox; add the result to the gradebook."""
     if st.status != "graded":
         with run.lock:
-            run.course.record(run.lab, st.id, None, st.status, st.notes, 0.0, st.name)
+            run.course.record(run.lab, st.id, None, st.status, st.notes, 0.0, st.name, run.seed)
         return st
     lab = run.lab
     scratch = run.course.jobs / f"{lab}-{st.id}-{uuid.uuid4().hex[:8]}"
@@ -545,7 +545,7 @@ def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
         st.status = f"not graded: {why_failed(out, code, run.limits)} (log: {log})"
     with run.lock:
         recorded = run.course.record(run.lab, st.id, scratch if st.status == "graded" else None,
-                                     st.status, st.notes, st.seconds, st.name)
+                                     st.status, st.notes, st.seconds, st.name, run.seed)
     if recorded:
         st.score, st.max_score, st.cells, by_hand = recorded
         if by_hand:
@@ -571,16 +571,16 @@ def default_jobs(lab: str, students: int) -> int:
     return max(1, min(students, (os.cpu_count() or 1) // manifest.lab_ranks(lab)))
 
 
-def write_csv(students: list[Student], lab: str, out: Path) -> None:
+def write_csv(students: list[Student], lab: str, seed: int, out: Path) -> None:
     """One row per student: student (the name handed in), grader_id, lab, score, max_score, status,
-    notes, each test cell's points."""
+    notes, seed (the run's hidden cases), each test cell's points."""
     cells = sorted({c for st in students for c in st.cells})
     with out.open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["student", "grader_id", "lab", "score", "max_score", "status", "notes", *cells])
+        w.writerow(["student", "grader_id", "lab", "score", "max_score", "status", "notes", "seed", *cells])
         for st in students:
             w.writerow([st.name, st.id, lab, f"{st.score:g}", f"{st.max_score:g}", st.status,
-                        "; ".join(st.notes), *(f"{st.cells.get(c, 0.0):g}" for c in cells)])
+                        "; ".join(st.notes), seed, *(f"{st.cells.get(c, 0.0):g}" for c in cells)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -634,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(run.template, ignore_errors=True)
     took = time.monotonic() - start
-    write_csv(students, a.lab, a.out)
+    write_csv(students, a.lab, seed, a.out)
     print(f"graded {len(students)} in {took:.0f} s ({60 * len(students) / max(took, 1e-9):.2f} "
           f"students/min at {jobs} job(s)); grades written to {a.out}")
     return 0

@@ -94,7 +94,8 @@ class Course:
             raise SystemExit(f"grade: nbgrader generate_assignment failed in {self.root}:\n{out}")
 
     def statuses(self) -> dict[str, dict[str, dict]]:
-        """status.json: {student: {lab: {status, notes, seconds, graded_at}}}."""
+        """status.json: {student: {lab: {status, notes, seconds, at, graded, graded_at, seed}}}
+        (seed: the hidden tests' seed of the grade kept, the one graded_at names)."""
         f = self.root / "status.json"
         return json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
 
@@ -104,11 +105,13 @@ class Course:
         return json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
 
     def record(self, lab: str, student: str, scratch: Path | None, status: str, notes: list[str],
-               seconds: float, name: str | None = None
+               seconds: float, name: str | None = None, seed: int | None = None
                ) -> tuple[float, float, dict[str, float], list[str]] | None:
         """Add one student's grading of lab (from the job folder scratch) to the course.
 
-        `student` is the grader id; `name` the name handed in (kept in names.json).
+        `student` is the grader id; `name` the name handed in (kept in names.json); `seed` the
+        grading run's seed of the hidden tests' cases (kept with the grade: the same seed grades the
+        same cases again; kept with the grade it drew).
         Only this student's submission of this lab is replaced. A run that could not grade them
         (scratch None) records its status and keeps any earlier grade. Returns (score, max score,
         points by test cell, cells needing manual grading), or None when nothing was graded.
@@ -156,7 +159,8 @@ class Course:
                      "at": time.strftime("%Y-%m-%d %H:%M:%S"),
                      "graded": scratch is not None or bool(earlier and earlier.get("graded")),
                      "graded_at": (time.strftime("%Y-%m-%d %H:%M:%S") if scratch is not None
-                                   else (earlier or {}).get("graded_at"))}
+                                   else (earlier or {}).get("graded_at")),
+                     "seed": seed if scratch is not None else (earlier or {}).get("seed")}
             statuses.setdefault(student, {})[lab] = entry
             self._write("status.json", statuses)
             names = self.names()
@@ -183,7 +187,8 @@ class Course:
         return sub.score, sub.max_score, cells, manual
 
     def rows(self) -> list[dict[str, str]]:
-        """The course CSV's rows: one per student, lab and test cell, a total per lab and per student."""
+        """The course CSV's rows: one per student, lab and test cell, a total per lab and per student
+        (seed: the hidden tests' seed of the grade shown, to grade the same cases again)."""
         from nbgrader.api import Gradebook, MissingEntry
 
         statuses = self.statuses()
@@ -197,6 +202,7 @@ class Course:
                 for a in labs:
                     st = statuses.get(sid, {}).get(a.name)
                     status = st["status"] if st else "no submission"
+                    seed = "" if not st or st.get("seed") is None else str(st["seed"])
                     try:
                         sub = gb.find_submission(a.name, sid)
                     except MissingEntry:
@@ -214,20 +220,20 @@ class Course:
                                          "max_points": f"{cell.max_score:g}",
                                          "auto_points": f"{g.auto_score:g}" if g and g.auto_score is not None else "",
                                          "manual_points": f"{g.manual_score:g}" if g and g.manual_score is not None else "",
-                                         "status": cell_status})
+                                         "status": cell_status, "seed": seed})
                     score = sub.score if sub is not None else 0.0
                     if sub is not None and any(g.needs_manual_grade for n in sub.notebooks for g in n.grades):
                         status += "; needs manual grading"
                     rows.append({"student": names.get(sid, sid), "grader_id": sid,
                                  "lab": a.name, "cell": "(lab total)",
                                  "points": f"{score:g}", "max_points": f"{a.max_score:g}",
-                                 "auto_points": "", "manual_points": "", "status": status})
+                                 "auto_points": "", "manual_points": "", "status": status, "seed": seed})
                     total += score
                     maximum += a.max_score
                 rows.append({"student": names.get(sid, sid), "grader_id": sid,
                              "lab": "(course)", "cell": "(course total)",
                              "points": f"{total:g}", "max_points": f"{maximum:g}",
-                             "auto_points": "", "manual_points": "", "status": ""})
+                             "auto_points": "", "manual_points": "", "status": "", "seed": ""})
         return rows
 
     def export(self, out: Path) -> int:
@@ -235,7 +241,7 @@ class Course:
         rows = self.rows()
         with out.open("w", newline="", encoding="utf-8") as f:
             w = csv.DictWriter(f, ["student", "grader_id", "lab", "cell", "points", "max_points", "auto_points",
-                                   "manual_points", "status"])
+                                   "manual_points", "status", "seed"])
             w.writeheader()
             w.writerows(rows)
         return len({r["grader_id"] for r in rows})
