@@ -110,8 +110,8 @@ class Course:
         """Add one student's grading of lab (from the job folder scratch) to the course.
 
         `student` is the grader id; `name` the name handed in (kept in names.json); `seed` the
-        grading run's seed of the hidden tests' cases (kept with the grade: the same seed grades the
-        same cases again; kept with the grade it drew).
+        grading run's seed of the hidden tests' cases, kept with the grade it drew (the same seed
+        grades the same cases again).
         Only this student's submission of this lab is replaced. A run that could not grade them
         (scratch None) records its status and keeps any earlier grade. Returns (score, max score,
         points by test cell, cells needing manual grading), or None when nothing was graded.
