@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpc_runtime import manifest
 from dpc_runtime.notebook import source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,9 +73,11 @@ def typed(nb: dict) -> list[Typed]:
 
 
 def notebooks() -> list[Path]:
-    """Every committed notebook a reader sees: chapters, solutions, labs."""
-    return sorted([*(ROOT / "course").glob("[0-9][0-9]-*.ipynb"), *(ROOT / "solutions").glob("*/*.ipynb"),
-                   *(ROOT / "labs").glob("*/*.ipynb")])
+    """Every committed notebook a reader sees: course.yml's chapters and solutions, and each
+    solution's generated lab (labs/ mirrors solutions/)."""
+    listed = list(manifest.notebooks())
+    labs = [p.replace("solutions/", "labs/", 1) for p in listed if p.startswith("solutions/")]
+    return sorted(ROOT / p for p in listed + labs)
 
 
 def main() -> int:
