@@ -5,12 +5,13 @@ alternates blocking send/recv by rank parity); the reference itself passes, or t
 to grade (dpc_instructor.grade.reference). Typical mistakes (wrong ring step index, an all-gather
 that overwrites the wrong chunk, a ring that deadlocks because every rank sends before it receives,
 whole buffers sent instead of chunks) lose exactly the points of the tests they break, and a
-deadlock is stopped by its guard, not by the grader; a rank that never reaches the ring (an
-endless loop) is the one the error names. A submission that does no work and fights the tests (case "tamper": gradekit.TAMPER, np.all made to hold, the
-harness's ring_bytes_per_worker made 0, and a worker module that makes torch.equal hold in every
-rank) gets 0: every test cell's recorded values are compared outside the kernel. A submission right
-only for the sizes the tests used before their hidden cases were drawn per grading run (case
-"forged") loses the three simulation tests: the drawn sizes find it out."""
+deadlock is stopped by its guard, not by the grader; a rank that never reaches the ring (an endless
+loop) is the one the error names. A submission that does no work and fights the tests (case
+"tamper": gradekit.TAMPER, np.all made to hold, the harness's ring_bytes_per_worker made 0, and a
+worker module that makes torch.equal hold in every rank) gets 0: every test cell's recorded values
+are compared outside the kernel. A submission right only for the sizes the tests used before their
+hidden cases were drawn per grading run (case "forged") loses the three simulation tests: the drawn
+sizes find it out."""
 from __future__ import annotations
 
 import json
