@@ -140,6 +140,12 @@ def test_torchrun_crash_names_the_rank(tmp_path):
     assert "rank 1 failed" in str(err)
     assert "fails on purpose" in str(err)
     assert any("fails on purpose" in ln for ln in err.tails[1])
+    # What the failed launch left behind (chapter 10, lab 10): rank 1's own exit and lines, rank 0's too
+    left = err.result
+    assert left is not None and left.nprocs == 2 and left.seconds > 0
+    assert left.exit_codes[1] == 1, left.exit_codes
+    assert any("fails on purpose" in ln for ln in left.lines(1))
+    assert left.lines(0) and left.exit_codes.get(0) != 1, (left.exit_codes, left.lines(0))
 
 
 @pytest.mark.timeout(200)
@@ -158,6 +164,10 @@ def test_torchrun_hang_names_the_rank_that_never_came(tmp_path):
     assert ("hung: no rank printed a line for 5 s after all 2 had started: rank 1 never reached the "
             "communication rank 0 waited for" in str(info.value))
     assert "(stopped while busy in ranks.py:" in str(info.value) and "time.sleep(600)" in str(info.value)
+    # Both ranks' stacks, as data: rank 1 innermost in the worker's own file, rank 0 inside torch
+    stacks = info.value.result.stacks
+    assert any(t and Path(t[0][0]).name == "ranks.py" for t in stacks[1]), stacks[1]
+    assert not any(t and Path(t[0][0]).name == "ranks.py" for t in stacks[0]), stacks[0]
 
 
 @pytest.mark.timeout(120)

@@ -49,17 +49,25 @@ _RANK_TAG = re.compile(r"^\[rank\d+\]:\s?")  # torch tags a worker's traceback l
 
 
 class LaunchError(RuntimeError):
-    """A launch that crashed or hung; .ranks are the culprits and .tails their last lines."""
+    """A launch that crashed or hung; .ranks are the culprits and .tails their last lines;
+    .result is what the launch left behind (every rank's output, reports, exit code and stack)."""
 
-    def __init__(self, message: str, ranks: list[int], tails: dict[int, list[str]]) -> None:
+    def __init__(self, message: str, ranks: list[int], tails: dict[int, list[str]],
+                 result: LaunchResult | None = None) -> None:
         super().__init__(message)
         self.ranks = ranks
         self.tails = tails
+        self.result = result
 
 
 @dataclass
 class LaunchResult:
-    """What a successful launch printed, per rank, and how long it took."""
+    """What a launch printed and reported, per rank, and how long it took.
+
+    exit_codes (rank -> status, negative: ended by that signal) and stacks (rank -> each thread's
+    frames, innermost first, where the launcher stopped it) are filled in for a failed launch
+    (LaunchError.result), from what the launcher and the ranks' stack dumps said.
+    """
 
     nprocs: int
     seconds: float
@@ -68,6 +76,8 @@ class LaunchResult:
     results: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     commands: list[list[str]] = field(default_factory=list)
+    exit_codes: dict[int, int] = field(default_factory=dict)
+    stacks: dict[int, list[list[Frame]]] = field(default_factory=dict)
 
     def lines(self, rank: int) -> list[str]:
         """All lines printed by one rank (the protocol's own lines left out)."""
@@ -205,9 +215,12 @@ def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeou
             if echo:
                 print(f"[launch] note: {result.notes[-1]}", flush=True)
             return result
-        if failed is None:
-            raise stream.hang_error(timeout, hung, idle=idle_timeout if stream.idle else None)
-        raise stream.failure_error(procs)
+        result.seconds = time.monotonic() - start
+        result.exit_codes, result.stacks = stream.exit_codes(procs), stream.stacks
+        error = (stream.hang_error(timeout, hung, idle=idle_timeout if stream.idle else None)
+                 if failed is None else stream.failure_error(procs))
+        error.result = result
+        raise error
     finally:
         kill_launch(launch_id, [p for _, p in procs])
         shutil.rmtree(protocol, ignore_errors=True)
