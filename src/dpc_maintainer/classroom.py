@@ -1,6 +1,6 @@
 """A real class on a real JupyterHub on this machine, used in a browser, graded, torn down (`make classroom-test`).
 
-    python -m dpc_maintainer.classroom [--lab 05-ring-allreduce|all] [--students N] [--keep]
+    python -m dpc_maintainer.classroom [--lab 05-ring-allreduce|all] [--students N] [--keep] [--parameters ci]
 
 As root, with apt (chromium) and npm: src/dpc_setup/hub.sh (chromium, the proxy, the hub's own
 environment), the class environment (`make class-env`), N student accounts and an instructor with
@@ -10,7 +10,9 @@ Then, per lab: the instructor releases the assignment into an nbgrader exchange;
 in in Chromium (Playwright driving /usr/bin/chromium), clicks the nbgitpuller link, gets the lab's
 answer cells from the reference solution through their own Jupyter server (odd students; even ones
 hand in the lab unfilled), all press Run All at the same time and save; they submit with nbgrader,
-the instructor collects, the course's grader grades (sandboxed) and the CSV must give full marks to
+the instructor collects, the course's grader grades (sandboxed; with the notebooks' own parameters, or
+course.yml's ci values with --parameters ci, as the suite's grading tests do, so that the session's
+reference run of the lab is shared) and the CSV must give full marks to
 the filled notebook and 0 to the unfilled one; feedback goes back through nbgrader
 (release_feedback, fetch_feedback) and each student opens their own page in the browser (HTTP 200)
 and is refused a classmate's. Tear-down (also on failure or Ctrl-C, unless --keep) stops the hub,
@@ -207,9 +209,10 @@ class Classroom:
     """One run: what it brought up (to tear down) and the steps."""
 
     def __init__(self, labs: list[str], students: int, keep: bool, cpu: str, mem: str,
-                 fairness_only: bool = False) -> None:
+                 fairness_only: bool = False, parameters: str = "defaults") -> None:
         """Names, ports and folders of this run (nothing is started yet)."""
         self.labs = labs
+        self.parameters = parameters  # the grader's --parameters
         self.fairness_only = fairness_only
         self.tag = secrets.token_hex(2)
         self.keep = keep
@@ -372,7 +375,8 @@ class Classroom:
         """The course's grader (sandboxed) on what was collected; filled: full marks, unfilled: 0."""
         out = self.dir / f"grades-{lab}.csv"
         run([sys.executable, "-m", "dpc_instructor.grade", str(submitted), "--lab", lab,
-             "--course", str(self.course), "--out", str(out)], f"grade {lab}", self.log, cwd=ROOT, timeout=3600)
+             "--course", str(self.course), "--out", str(out), "--parameters", self.parameters],
+            f"grade {lab}", self.log, cwd=ROOT, timeout=3600)
         rows = {r["student"]: r for r in csv.DictReader(out.open())}
         wrong = []
         for s in self.students:
@@ -985,6 +989,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="leave it all running, even after a failure (no tear-down: for a look)")
     ap.add_argument("--cpu", default="1.5", help="cores per user (cgroup CPU quota)")
     ap.add_argument("--mem", default="4G", help="memory per user")
+    ap.add_argument("--parameters", choices=["defaults", "ci"], default="defaults",
+                    help="the grader's --parameters: the notebooks' own (default) or course.yml's ci values")
     ap.add_argument("--fairness", action="store_true",
                     help="instead of the class: one student runs the lab (default 06-horovod) while a classmate's "
                          "kernel round trip is timed, then that kernel goes past the memory limit")
@@ -1010,7 +1016,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.students < 2:
         print("classroom: --students must be at least 2 (one hands in the lab unfilled)", file=sys.stderr)
         return 2
-    room = Classroom(labs, a.students, a.keep, a.cpu, a.mem, fairness_only=a.fairness)
+    room = Classroom(labs, a.students, a.keep, a.cpu, a.mem, fairness_only=a.fairness, parameters=a.parameters)
     print(f"classroom: run {room.dir.name}: labs {', '.join(labs)}, {a.students} students, "
           f"ports {room.ports}; logs and screenshots in {room.dir}", flush=True)
     failed = ""
