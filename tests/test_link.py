@@ -43,3 +43,17 @@ def test_the_dialled_ring_takes_the_time_the_model_predicts(n):
         ratio = row["measured"] / row["predicted"]
         assert 0.9 < ratio < 1.1, f"{n} ranks, {row['nbytes']} bytes: measured {row['measured']:.4f} s, " \
                                   f"predicted {row['predicted']:.4f} s (ratio {ratio:.3f})"
+
+
+@pytest.mark.timeout(300)
+def test_ddp_buckets_cross_the_dialled_link_while_the_backward_pass_goes_on():
+    got = helpers.launch(Path(__file__).parent / "workers" / "link_ddp.py", 2, timeout=240, echo=False).report(0)
+    assert got["max_diff"] < 1e-6, got["max_diff"]  # the same training as DDP's own all-reduce
+    ledger = got["ledger"]
+    issued = [e["bucket"] for e in ledger if e["event"] == "issued"]
+    done = [e["bucket"] for e in ledger if e["event"] == "done"]
+    assert len(issued) >= 3 and issued == sorted(issued) == done, ledger  # each bucket once, in order
+    assert all(e["bytes"] <= 1.1 * (1 << 20) for e in ledger if e["event"] == "issued"), ledger  # bucket_cap_mb=1
+    first_started = next(e["t"] for e in ledger if e["event"] == "started")
+    last_ready = max(e["t"] for e in ledger if e["event"] == "grad ready")
+    assert first_started < last_ready, "no overlap: the first bucket waited for the whole backward pass"

@@ -10,18 +10,23 @@ than the link would deliver it: the sender stamps it with the time it was sent (
 one clock for every process of the machine), and the receiver, once the bytes are there, waits
 until that time plus the link's cost. So each step of the ring costs what the model says, and the
 whole all-reduce composes to chapter 5's `cost_ring` — which `tests/test_link.py` checks by
-measuring it. Only links slower than the machine's loopback can be dialled: a message that really
+measuring it. `LinkHook` sends DDP's gradient buckets over the same link, in a thread of its own (as
+NCCL runs on its own stream), and keeps a ledger of when each bucket was issued, started and done,
+beside when each gradient became ready: the overlap of communication with the backward pass, as
+data. Only links slower than the machine's loopback can be dialled: a message that really
 took longer than the model allows is not sped up (`Link.reachable` says which presets fit).
 """
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from .ring import chunk_bounds, cost_ring
 
-__all__ = ["PRESETS", "Link", "ring_allreduce"]
+__all__ = ["PRESETS", "Link", "LinkHook", "ring_allreduce"]
 
 _HEADER = 8  # bytes of the send time (float64) in front of every message
 
@@ -113,3 +118,68 @@ def ring_allreduce(flat: Any, link: Link, *, group: Any = None) -> Any:
         got = _exchange(flat[s_lo:s_hi], (r_hi - r_lo) * size, right, left, link, group, tag=n + t)
         flat[r_lo:r_hi] = got.view(flat.dtype)
     return flat
+
+
+class LinkHook:
+    """DDP communication hook: each gradient bucket averaged over a dialled link by a thread of its own, with a ledger (chapter 5's link under DDP).
+
+        hook = LinkHook(PRESETS["1GbE"])          # on every rank, in the same order (it makes a group)
+        hook.watch(model)                          # also note when each gradient is ready
+        ddp.register_comm_hook(None, hook.hook)
+
+    The hook returns at once with a future; the thread runs the buckets' all-reduces one after the
+    other, in the order DDP issued them, while the backward pass goes on. ledger: one dict per event
+    ("grad ready" with the parameter's name; "issued", "started", "done" with the bucket's index and
+    bytes), each with its time.monotonic().
+    """
+
+    def __init__(self, link: Link, *, group: Any = None) -> None:
+        import torch.distributed as dist
+
+        self.link = link
+        self.group = group if group is not None else dist.new_group(backend="gloo")
+        self.world = dist.get_world_size(self.group)
+        self.ledger: list[dict[str, Any]] = []
+        self._jobs: queue.Queue[Any] = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name="dialled-link", daemon=True)
+        self._thread.start()
+
+    def note(self, event: str, **what: Any) -> None:
+        """Add an event to the ledger, stamped with time.monotonic() (chapter 5's link under DDP)."""
+        self.ledger.append({"event": event, "t": time.monotonic(), **what})
+
+    def watch(self, model: Any) -> None:
+        """Note "grad ready" for each parameter of model when its gradient is accumulated (chapter 5's link under DDP)."""
+        for name, param in model.named_parameters():
+            if param.requires_grad:
+                param.register_post_accumulate_grad_hook(lambda _p, name=name: self.note("grad ready", param=name))
+
+    def hook(self, state, bucket):  # noqa: ANN001, ANN201 (DDP reads the names; annotations must be absent or exact)
+        """What DDP calls when a bucket is full: queue its all-reduce, return its future (chapter 5's link under DDP)."""
+        import torch
+
+        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        buf = bucket.buffer()
+        self.note("issued", bucket=bucket.index(), bytes=buf.numel() * buf.element_size())
+        self._jobs.put((bucket.index(), buf, fut))
+        return fut
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            index, buf, fut = job
+            try:
+                self.note("started", bucket=index)
+                ring_allreduce(buf, self.link, group=self.group)
+                buf.div_(self.world)
+                self.note("done", bucket=index)
+                fut.set_result(buf)
+            except Exception as err:  # noqa: BLE001 (handed to DDP, which raises it in backward)
+                fut.set_exception(err)
+
+    def close(self) -> None:
+        """Stop the thread once the queued all-reduces are done (chapter 5's link under DDP)."""
+        self._jobs.put(None)
+        self._thread.join()
