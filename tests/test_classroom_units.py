@@ -1,7 +1,9 @@
-"""The classroom's pure parts, on any machine: the fairness lines and the past-the-limit allocation."""
+"""The classroom's pure parts, on any machine: the fairness lines, the past-the-limit allocation, the
+hub's config, and a kernel on Unix sockets as the hub starts them."""
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
 from traitlets.config import Config
@@ -59,3 +61,29 @@ def test_the_hub_config_limits_users_with_the_spawner_it_is_told(monkeypatch: py
     assert cfg.SystemdSpawner.unit_extra_properties == {"TasksMax": "512"}
     with pytest.raises(ValueError, match="DPC_HUB_SPAWNER must be auto, systemd or cgroup, not 'docker'"):
         hub_config(monkeypatch, DPC_HUB_SPAWNER="docker")
+
+
+def test_kernels_use_unix_sockets_in_a_short_runtime_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No TCP ports for kernels (a port found free and released can be taken before the kernel binds
+    it): the servers start kernels with ipc transport, and a kernel so started, with its sockets in a
+    runtime folder as long as the longest home (a 32-character user name), answers."""
+    from jupyter_client.manager import KernelManager
+
+    cfg = hub_config(monkeypatch, DPC_CLASS_ENV="/opt/x/env")
+    assert cfg.Spawner.args == ["--KernelManager.transport=ipc"]
+    user = type("Spawner", (), {"user": type("User", (), {"name": "root"})()})()
+    assert cfg.Spawner.environment["JUPYTER_RUNTIME_DIR"](user) == "/root/.jupyter-run"
+    runtime = tmp_path / ("h" * max(1, len("/home/") + 32 - len(str(tmp_path)) - 1)) / ".jupyter-run"
+    runtime.mkdir(parents=True)
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(runtime))
+    assert len(str(runtime)) >= len("/home/" + "u" * 32 + "/.jupyter-run")
+    km = KernelManager(transport="ipc", kernel_name="python3")
+    km.start_kernel()
+    try:
+        client = km.client()
+        client.start_channels()
+        client.wait_for_ready(timeout=120)
+        assert client.execute_interactive("x = 6 * 7", timeout=60)["content"]["status"] == "ok"
+        client.stop_channels()
+    finally:
+        km.shutdown_kernel(now=True)

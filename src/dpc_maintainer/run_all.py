@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, tuple[str, list[str]]] = {
     "ring_allreduce": ("ring_allreduce.py", []),
     "hvd_allreduce": ("hvd_allreduce.py", []),
     "ddp_scaling": ("ddp_scaling.py", []),
+    "ddp_overlap": ("ddp_overlap.py", []),
     "mirrored": ("mirrored.py", []),
 }
 

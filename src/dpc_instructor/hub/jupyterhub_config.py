@@ -80,6 +80,19 @@ c.Spawner.cpu_limit = float(os.environ.get("DPC_HUB_CPU", "2"))
 c.Spawner.mem_limit = os.environ.get("DPC_HUB_MEM", "4G")
 c.Spawner.start_timeout = 180  # a loaded node starts servers slowly
 c.Spawner.http_timeout = 180
+# Kernels talk to their server over Unix sockets, not TCP ports: a TCP kernel gets ports its server
+# found free and released a moment before, and on a node where classmates' jobs open many
+# connections (gloo's full mesh) an outgoing connection can take one in between (seen in the
+# classroom test: the kernel died with "Address already in use" and the student's notebook stayed
+# "starting"). The sockets live in the user's own runtime folder, on a short path: a Unix socket's
+# path has at most 107 bytes (home + this folder + "kernel-<uuid>-ipc-N", 49 bytes).
+c.Spawner.args = ["--KernelManager.transport=ipc"]
+RUNTIME_FOLDER = ".jupyter-run"
+
+
+def _runtime_dir(spawner: object) -> str:
+    """The user's Jupyter runtime folder (connection files and the kernels' sockets), short enough for them."""
+    return str(Path(pwd.getpwnam(spawner.user.name).pw_dir) / RUNTIME_FOLDER)  # type: ignore[attr-defined]
 
 
 def _pythonpath(spawner: object) -> str:
@@ -93,4 +106,5 @@ c.Spawner.environment = {
     "DPC_PYTHON": str(ENV / "bin" / "python"),
     "PATH": f"{ENV / 'bin'}:/usr/local/bin:/usr/bin:/bin",
     "PYTHONPATH": _pythonpath,
+    "JUPYTER_RUNTIME_DIR": _runtime_dir,
 }
