@@ -67,6 +67,12 @@ PRESETS = {
 }
 
 
+def _complete(request: Any) -> None:
+    """Block until a point-to-point request is done (gloo returns one for every isend and irecv)."""
+    assert request is not None, "no request object for a point-to-point call"
+    request.wait()
+
+
 def _exchange(out: Any, into_bytes: int, right: int, left: int, link: Link, group: Any, tag: int) -> Any:
     """Send out (a contiguous tensor) right and receive into_bytes from left, delivered as the link would."""
     import torch
@@ -78,13 +84,12 @@ def _exchange(out: Any, into_bytes: int, right: int, left: int, link: Link, grou
     recv = dist.irecv(got, left, group=group, tag=tag)
     msg[:_HEADER] = torch.tensor([time.monotonic()], dtype=torch.float64).view(torch.uint8)
     send = dist.isend(msg, right, group=group, tag=tag)
-    assert recv is not None and send is not None, "gloo returns a request for every point-to-point call"
-    recv.wait()
+    _complete(recv)
     sent_at = float(got[:_HEADER].view(torch.float64).item())
     wait = sent_at + link.message_seconds(into_bytes) - time.monotonic()
     if wait > 0:
         time.sleep(wait)  # the bytes are here; the link would not have delivered them yet
-    send.wait()
+    _complete(send)
     return got[_HEADER:]
 
 
