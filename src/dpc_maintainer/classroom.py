@@ -1,6 +1,7 @@
 """A real class on a real JupyterHub on this machine, used in a browser, graded, torn down (`make classroom-test`).
 
     python -m dpc_maintainer.classroom [--lab 05-ring-allreduce|all] [--students N] [--keep] [--parameters ci]
+                                       [--no-labs-check]
 
 As root, with apt (chromium) and npm: src/dpc_setup/hub.sh (chromium, the proxy, the hub's own
 environment), the class environment (`make class-env`), N student accounts and an instructor with
@@ -209,10 +210,11 @@ class Classroom:
     """One run: what it brought up (to tear down) and the steps."""
 
     def __init__(self, labs: list[str], students: int, keep: bool, cpu: str, mem: str,
-                 fairness_only: bool = False, parameters: str = "defaults") -> None:
+                 fairness_only: bool = False, parameters: str = "defaults", labs_check: bool = True) -> None:
         """Names, ports and folders of this run (nothing is started yet)."""
         self.labs = labs
         self.parameters = parameters  # the grader's --parameters
+        self.labs_check = labs_check  # the release checks that labs/ is generated from solutions/
         self.fairness_only = fairness_only
         self.tag = secrets.token_hex(2)
         self.keep = keep
@@ -263,7 +265,8 @@ class Classroom:
     def serve_release(self) -> None:
         """The student release (`python -m dpc_instructor.release`) served by git daemon on loopback."""
         out = self.dir / "release" / FOLDER
-        run([sys.executable, "-m", "dpc_instructor.release", "--out", str(out)], "release", self.log, cwd=ROOT)
+        check = [] if self.labs_check else ["--no-labs-check"]
+        run([sys.executable, "-m", "dpc_instructor.release", "--out", str(out), *check], "release", self.log, cwd=ROOT)
         port = self.ports["git"]
         with (self.dir / "git-daemon.log").open("wb") as log:
             self.procs["git daemon"] = subprocess.Popen(
@@ -991,6 +994,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mem", default="4G", help="memory per user")
     ap.add_argument("--parameters", choices=["defaults", "ci"], default="defaults",
                     help="the grader's --parameters: the notebooks' own (default) or course.yml's ci values")
+    ap.add_argument("--no-labs-check", action="store_true",
+                    help="the release skips its check that labs/ is generated from solutions/ (nbgrader on "
+                         "every lab, about 2 minutes; the suite has a test of its own for it)")
     ap.add_argument("--fairness", action="store_true",
                     help="instead of the class: one student runs the lab (default 06-horovod) while a classmate's "
                          "kernel round trip is timed, then that kernel goes past the memory limit")
@@ -1016,7 +1022,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.students < 2:
         print("classroom: --students must be at least 2 (one hands in the lab unfilled)", file=sys.stderr)
         return 2
-    room = Classroom(labs, a.students, a.keep, a.cpu, a.mem, fairness_only=a.fairness, parameters=a.parameters)
+    room = Classroom(labs, a.students, a.keep, a.cpu, a.mem, fairness_only=a.fairness, parameters=a.parameters,
+                     labs_check=not a.no_labs_check)
     print(f"classroom: run {room.dir.name}: labs {', '.join(labs)}, {a.students} students, "
           f"ports {room.ports}; logs and screenshots in {room.dir}", flush=True)
     failed = ""
