@@ -21,6 +21,7 @@ TODAY = {
     "course/08-scaling-up.ipynb": (36, 0, 710, 0.38, 4),
     "course/09-sharding.ipynb": (22, 241, 557, 0.33, 4),
     "course/10-failures.ipynb": (24, 99, 551, 0.38, 10),
+    "course/11-inside-ddp.ipynb": (18, 73, 332, 0.0, 0),
 }
 
 

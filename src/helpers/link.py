@@ -1,5 +1,5 @@
 """A network you can dial: ranks on one machine communicate as if over a slower link (chapter 5's
-alpha-beta model, made real; the DDP chapters time buckets on it).
+alpha-beta model, made real; chapter 11 times DDP's buckets on it).
 
 Loopback between processes on one laptop is fast and noisy (gloo reaches about 0.7 GB/s of bus
 bandwidth on 2 cores), so the effects that decide data-parallel speed on a cluster — per-message
@@ -33,7 +33,7 @@ _HEADER = 8  # bytes of the send time (float64) in front of every message
 
 @dataclass(frozen=True)
 class Link:
-    """A link of the alpha-beta model: alpha seconds per message, bandwidth in bytes/s (chapter 5)."""
+    """A link of the alpha-beta model: alpha seconds per message, bandwidth in bytes/s (chapter 11)."""
 
     name: str
     alpha: float
@@ -45,15 +45,15 @@ class Link:
                              f"not alpha={self.alpha!r}, bandwidth={self.bandwidth!r}")
 
     def message_seconds(self, nbytes: float) -> float:
-        """Seconds one message of nbytes takes on this link: alpha + nbytes / bandwidth (chapter 5)."""
+        """Seconds one message of nbytes takes on this link: alpha + nbytes / bandwidth (chapter 11)."""
         return self.alpha + nbytes / self.bandwidth
 
     def ring_seconds(self, n: int, nbytes: float) -> float:
-        """Predicted seconds of a ring all-reduce of nbytes on n ranks over this link (chapter 5's cost_ring)."""
+        """Predicted seconds of a ring all-reduce of nbytes on n ranks over this link (chapter 11; chapter 5's cost_ring)."""
         return cost_ring(n, nbytes, self.alpha, 1.0 / self.bandwidth)
 
     def reachable(self, loopback_bandwidth: float) -> bool:
-        """Whether a machine whose loopback moves loopback_bandwidth bytes/s can dial this link (chapter 5)."""
+        """Whether a machine whose loopback moves loopback_bandwidth bytes/s can dial this link (chapter 11)."""
         return self.bandwidth < loopback_bandwidth
 
 
@@ -94,7 +94,7 @@ def _exchange(out: Any, into_bytes: int, right: int, left: int, link: Link, grou
 
 
 def ring_allreduce(flat: Any, link: Link, *, group: Any = None) -> Any:
-    """Sum flat (a contiguous 1-D tensor) over all ranks in place with a ring whose messages cross link; returns it (chapter 5).
+    """Sum flat (a contiguous 1-D tensor) over all ranks in place with a ring whose messages cross link; returns it (chapter 11).
 
     2(N-1) steps: N-1 of reduce-scatter (each rank adds the chunk its left neighbour sends), N-1 of
     all-gather (each forwards the chunk it completed). Every message is delivered at its send time
@@ -126,7 +126,7 @@ def ring_allreduce(flat: Any, link: Link, *, group: Any = None) -> Any:
 
 
 class LinkHook:
-    """DDP communication hook: each gradient bucket averaged over a dialled link by a thread of its own, with a ledger (chapter 5's link under DDP).
+    """DDP communication hook: each gradient bucket averaged over a dialled link by a thread of its own, with a ledger (chapter 11).
 
         hook = LinkHook(PRESETS["1GbE"])          # on every rank, in the same order (it makes a group)
         hook.watch(model)                          # also note when each gradient is ready
@@ -150,17 +150,17 @@ class LinkHook:
         self._thread.start()
 
     def note(self, event: str, **what: Any) -> None:
-        """Add an event to the ledger, stamped with time.monotonic() (chapter 5's link under DDP)."""
+        """Add an event to the ledger, stamped with time.monotonic() (chapter 11)."""
         self.ledger.append({"event": event, "t": time.monotonic(), **what})
 
     def watch(self, model: Any) -> None:
-        """Note "grad ready" for each parameter of model when its gradient is accumulated (chapter 5's link under DDP)."""
+        """Note "grad ready" for each parameter of model when its gradient is accumulated (chapter 11)."""
         for name, param in model.named_parameters():
             if param.requires_grad:
                 param.register_post_accumulate_grad_hook(lambda _p, name=name: self.note("grad ready", param=name))
 
     def hook(self, state, bucket):  # noqa: ANN001, ANN201 (DDP reads the names; annotations must be absent or exact)
-        """What DDP calls when a bucket is full: queue its all-reduce, return its future (chapter 5's link under DDP)."""
+        """What DDP calls when a bucket is full: queue its all-reduce, return its future (chapter 11)."""
         import torch
 
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
@@ -185,6 +185,6 @@ class LinkHook:
                 fut.set_exception(err)
 
     def close(self) -> None:
-        """Stop the thread once the queued all-reduces are done (chapter 5's link under DDP)."""
+        """Stop the thread once the queued all-reduces are done (chapter 11)."""
         self._jobs.put(None)
         self._thread.join()
