@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, tuple[str, list[str]]] = {
     "hvd_allreduce": ("hvd_allreduce.py", []),
     "ddp_scaling": ("ddp_scaling.py", []),
     "ddp_overlap": ("ddp_overlap.py", []),
+    "shaped_link": ("shaped_link.py", []),
     "mirrored": ("mirrored.py", []),
 }
 
