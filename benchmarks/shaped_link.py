@@ -44,7 +44,10 @@ def worker(mbit: float, sizes: list[int], repeat: int) -> None:
             buf = torch.ones(nbytes // 4)
             dist.barrier()
             t0 = time.monotonic()
-            dist.all_reduce(buf) if shaped else ring_allreduce(buf, dialled)  # DDP's collective, or the dialled ring
+            if shaped:
+                dist.all_reduce(buf)  # gloo's own collective, over the rate-limited loopback
+            else:
+                ring_allreduce(buf, dialled)  # helpers.link's ring, each message delayed as the link would
             took = torch.tensor([time.monotonic() - t0], dtype=torch.float64)
             dist.all_reduce(took, op=dist.ReduceOp.MAX)
             assert buf[0].item() == me.world_size
@@ -67,18 +70,24 @@ def unavailable() -> str:
     return "" if done.returncode == 0 else f"tc in a new network namespace failed: {done.stderr.strip()}"
 
 
-def measure(a: argparse.Namespace, shaped: bool) -> list[dict]:
-    """Rank 0's rows of one launch, on the shaped loopback (inside a namespace) or on the dialled ring."""
+def options(a: argparse.Namespace) -> list[str]:
+    """The options a launch passes on: rate, sizes, repeats."""
+    return ["--mbit", str(a.mbit), "--sizes-mb", a.sizes_mb, "--repeat", str(a.repeat)]
+
+
+def launch_rows(a: argparse.Namespace) -> list[dict]:
+    """Rank 0's rows of one launch of the workers on this network namespace's loopback."""
     import helpers
 
-    args = ["--worker", "--mbit", str(a.mbit), "--sizes-mb", a.sizes_mb, "--repeat", str(a.repeat)]
-    if not shaped:
-        return helpers.launch(__file__, a.ranks, args=args, timeout=600, echo=False).report(0)["rows"]
-    # one shell in a new network namespace: loopback up, its rate limited, then this script's launch
+    return helpers.launch(__file__, a.ranks, args=["--worker", *options(a)], timeout=600, echo=False).report(0)["rows"]
+
+
+def shaped_rows(a: argparse.Namespace) -> list[dict]:
+    """Rank 0's rows of a launch inside a new network namespace whose loopback is limited to --mbit."""
+    # one shell in the new namespace: loopback up, its rate limited, then this script with --inside
     setup = (f"ip link set lo mtu 1500 up && tc qdisc add dev lo root tbf rate {a.mbit:g}mbit burst 64kb latency 1s && "
              f'exec "$0" "$@"')
-    cmd = ["unshare", "-n", "sh", "-c", setup, sys.executable, __file__, "--inside", *args[1:],
-           "--ranks", str(a.ranks)]
+    cmd = ["unshare", "-n", "sh", "-c", setup, sys.executable, __file__, "--inside", *options(a), "--ranks", str(a.ranks)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "DPC_SHAPED": "1"})
     if out.returncode != 0:
         raise SystemExit(f"the shaped launch failed:\n{out.stdout}\n{out.stderr}")
@@ -100,7 +109,7 @@ def main() -> None:
     if a.worker:
         return worker(a.mbit, sizes, a.repeat)
     if a.inside:  # in the namespace: launch, print rank 0's rows as the last line
-        print(json.dumps(measure(a, shaped=False)))
+        print(json.dumps(launch_rows(a)))
         return None
     if a.quick:
         a.sizes_mb, a.repeat = "2", 2
@@ -113,12 +122,13 @@ def main() -> None:
         return None
     from helpers.link import Link
 
-    per_rank = Link(f"{a.mbit:g} Mb/s loopback shared by {a.ranks} ranks", alpha=0.0, bandwidth=a.mbit * 1e6 / 8 / a.ranks)
-    dialled = Link(f"{a.mbit:g} Mb/s", alpha=0.0, bandwidth=a.mbit * 1e6 / 8)
+    rate = a.mbit * 1e6 / 8  # bytes/s
+    per_rank = Link(f"{a.mbit:g} Mb/s loopback shared by {a.ranks} ranks", alpha=0.0, bandwidth=rate / a.ranks)
+    dialled = Link(f"{a.mbit:g} Mb/s", alpha=0.0, bandwidth=rate)
     ratios = []
-    for name, shaped, link in (("gloo all_reduce, tc-shaped loopback", True, per_rank),
-                               ("helpers.link ring, dialled", False, dialled)):
-        for row in measure(a, shaped):
+    for name, rows, link in (("gloo all_reduce, tc-shaped loopback", shaped_rows, per_rank),
+                             ("helpers.link ring, dialled", launch_rows, dialled)):
+        for row in rows(a):
             predicted = link.ring_seconds(a.ranks, row["nbytes"])
             print(f"{name}: {row['nbytes'] / 2**20:g} MiB on {a.ranks} ranks: measured {row['measured']:.3f} s, "
                   f"predicted {predicted:.3f} s ({link.name})")
