@@ -17,6 +17,7 @@ NOTEBOOKS = sorted(p.relative_to(ROOT).as_posix() for d in ("course", "solutions
                    for p in (ROOT / d).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
                    and "runs" not in p.parts)
 LISTED = manifest.notebooks()
+CHECKED = "nbval-check-output"  # the cell tag: nbval compares this cell's output with the committed one
 
 
 def cells(rel: str) -> list[dict]:
@@ -94,9 +95,21 @@ def test_no_shell_escapes(rel):
 def test_checked_cells_have_recorded_outputs(rel):
     """nbval never compares a cell without an execution count: that would disable the check."""
     for c in cells(rel):
-        if c["cell_type"] == "code" and "NBVAL_CHECK_OUTPUT" in source(c):
+        if c["cell_type"] == "code" and CHECKED in c.get("metadata", {}).get("tags", []):
             assert c.get("execution_count") and c.get("outputs"), (
-                f"{rel}: a NBVAL_CHECK_OUTPUT cell has no recorded output: run the notebook and save")
+                f"{rel}: a cell tagged {CHECKED} has no recorded output: run the notebook and save")
+
+
+@pytest.mark.parametrize("rel", NOTEBOOKS)
+def test_what_students_read_holds_no_test_machinery(rel):
+    """nbval's markers are cell tags, make solutions' key numbers cell metadata, not code (issue 21);
+    a lab's record(...) calls are its graded tests, which students do read."""
+    for i, c in enumerate(cells(rel)):
+        if c["cell_type"] == "code":
+            assert "NBVAL_" not in source(c), f"{rel} cell {i}: an nbval comment marker: tag the cell {CHECKED}"
+            assert not (rel.startswith("course/") and re.search(r"\brecord\(", source(c))), (
+                f"{rel} cell {i}: record(...): name the printed value in the cell's metadata "
+                "(dpc_maintainer.solutions.METRICS) instead")
 
 
 TEMPLATE = ("Overview", "Parameters", "Setup", "<numbered sections>", "What to take away", "Exercises",

@@ -56,11 +56,13 @@ def test_four_gpus_run_everything():
     assert p.skipped == {}
 
 
-def notebook(path: Path, *sources: str) -> Path:
+def notebook(path: Path, *sources: str, metrics: dict | None = None) -> Path:
     nb = new_notebook(cells=[new_code_cell(s) for s in sources],
                       metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                "language": "python"}})
     nb.cells[0].metadata["tags"] = ["parameters"]
+    if metrics:
+        nb.cells[-1].metadata[solutions.METRICS] = metrics
     nbformat.write(nb, path)
     return path
 
@@ -68,14 +70,16 @@ def notebook(path: Path, *sources: str) -> Path:
 def test_runs_notebooks_reports_and_fails_on_error(tmp_path):
     (tmp_path / "nbs").mkdir()  # the kernels run there, not where the command was started
     good = notebook(tmp_path / "nbs" / "good.ipynb", "N = 10\nRUN_TORCH_SYNCBN = True",
-                    "import helpers.metrics\nhelpers.metrics.record('squares', N * N)\n"
-                    "print('sync bn' if RUN_TORCH_SYNCBN else 'sync bn skipped')")
+                    "print(f'{N} squared is {N * N}; 2 N is {2 * N}; odd: {N % 2 == 1}')\n"
+                    "print('sync bn' if RUN_TORCH_SYNCBN else 'sync bn skipped')",
+                    metrics={"squares": r"squared is (\d+)", "times_{}": r"(\d) N is (\d+)",
+                             "odd": r"odd: (\w+)", "absent": r"never printed (\d+)"})
     bad = notebook(tmp_path / "nbs" / "bad.ipynb", "N = 1", "raise ValueError(f'broken with N={N}')")
     manifest = tmp_path / "notebooks.yml"
     manifest.write_text(f"{good}:\n  ci: {{N: 3}}\n  sections:\n    RUN_TORCH_SYNCBN: "
                         f"{{gpus: 2, what: torch SyncBN}}\n{bad}:\n  ci: {{N: 4}}\n")
     out = tmp_path / "out"
-    # --out relative to where make runs: the kernels (beside their notebooks) still find the metrics file
+    # --out relative to where make runs: the kernels run beside their notebooks
     done = subprocess.run([sys.executable, "-m", "dpc_maintainer.solutions", "--ci",
                            "--manifest", str(manifest), "--out", "out"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
@@ -83,7 +87,8 @@ def test_runs_notebooks_reports_and_fails_on_error(tmp_path):
     report = json.loads((out / "report.json").read_text())
     by_name = {r["notebook"]: r for r in report["notebooks"]}
     assert by_name["good.ipynb"]["status"] == "passed"
-    assert by_name["good.ipynb"]["metrics"] == {"squares": 9}
+    # read from what the cell printed, by the regexes of its metadata; nothing for what it did not print
+    assert by_name["good.ipynb"]["metrics"] == {"squares": 9, "times_2": 6, "odd": True}
     assert by_name["good.ipynb"]["skipped"] == {
         "RUN_TORCH_SYNCBN": "torch SyncBN needs 2 GPU(s); this machine has 0"}
     executed = nbformat.read(out / "good.ipynb", as_version=4)
@@ -99,3 +104,13 @@ def test_unknown_selection_is_one_clear_error(tmp_path):
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "no notebook in" in done.stderr and "matches 'nope'" in done.stderr
+
+
+def test_reported_reads_the_printed_values_named_in_cell_metadata():
+    cell = {"cell_type": "code", "metadata": {solutions.METRICS: {
+        "diff": r"max \|difference\|: (\S+)", "without_{}": r"^\s*(rng|sampler)\s+(\S+)"}},
+        "outputs": [{"output_type": "stream", "name": "stdout",
+                     "text": ["max |difference|: 0.000123456\n", "   rng  0.18  masks\n", "sampler  2.5e-07\n"]}]}
+    plain = {"cell_type": "code", "metadata": {}, "outputs": [{"output_type": "stream", "text": "diff: 7\n"}]}
+    assert solutions.reported({"cells": [plain, cell]}) == {"diff": 0.0001235, "without_rng": 0.18,
+                                                            "without_sampler": 2.5e-07}

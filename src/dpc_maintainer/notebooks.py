@@ -3,7 +3,7 @@
 For each notebook of course/ listed in course.yml, papermill (--prepare-only) injects the
 CI parameters after the cell tagged `parameters` and writes a copy under build/nbtest/, keeping the
 recorded outputs; `pytest --nbval-lax build/nbtest` then executes the copies and compares the
-outputs of the cells marked `# NBVAL_CHECK_OUTPUT` with the recorded ones.
+outputs of the cells tagged `nbval-check-output` (cell metadata) with the recorded ones.
 
 The labs' solution notebooks are not run here: each lab's grading test (tests/test_grading_*.py)
 grades a correct submission, which executes every cell of the lab (hidden tests included) with

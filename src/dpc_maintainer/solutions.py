@@ -18,8 +18,10 @@ the notebook's default is None (the notebook then decides from the hardware itse
 with no GPU stays a run with the defaults, the one whose outputs are committed); one whose need
 is met gets True. Each notebook runs in a fresh kernel beside its source (papermill),
 the executed copy goes to OUT/<path>, and OUT/report.md + OUT/report.json list per notebook: the
-devices used, the parameters, wall time, skipped sections, the key numbers the notebook recorded
-with helpers.metrics.record, and pass/fail (with the error). The exit status is 1 if any failed.
+devices used, the parameters, wall time, skipped sections, the key numbers the notebook printed
+(`reported`: read from the outputs of the cells that name them in their metadata, so that nothing in
+what students read exists for this report), and pass/fail (with the error). The exit status is 1 if
+any failed.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import argparse
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -34,9 +37,42 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dpc_runtime import manifest, notebook as nb_cells
-from dpc_runtime.metrics import ENV as METRICS_ENV, read as read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
+METRICS = "dpc-metrics"  # cell metadata: {name: a regex over the cell's printed text, its last group the value}
+
+
+def _value(text: str) -> object:
+    """A printed value as a number or a bool where it reads as one, 4 significant digits."""
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            number = kind(text)
+        except ValueError:
+            continue
+        return float(f"{number:.4g}") if kind is float else number
+    return text
+
+
+def reported(nb: dict) -> dict[str, object]:
+    """The key numbers an executed notebook printed, found with the regexes of its cells' metadata.
+
+    A name with `{}` is a family: every match fills it with the regex's first group and takes the
+    last group as the value. A cell that printed no match (a skipped section) reports nothing."""
+    found: dict[str, object] = {}
+    for cell in nb["cells"]:
+        wanted = cell.get("metadata", {}).get(METRICS)
+        if cell["cell_type"] != "code" or not wanted:
+            continue
+        printed = ""
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") or out.get("data", {}).get("text/plain", "")
+            printed += "".join(text) if isinstance(text, list) else text
+        for name, pattern in wanted.items():
+            for match in re.finditer(pattern, printed, re.M):
+                found[name.format(match.group(1)) if "{}" in name else name] = _value(match.groups()[-1])
+    return found
 
 
 @dataclass
@@ -133,9 +169,6 @@ def run(p: Plan, out: Path, hw: Hardware, cell_timeout: int) -> Result:
     rel = src.relative_to(ROOT) if src.is_relative_to(ROOT) else Path(src.name)
     dst = out / rel
     dst.parent.mkdir(parents=True, exist_ok=True)
-    metrics_file = dst.with_suffix(".metrics.jsonl")
-    metrics_file.unlink(missing_ok=True)
-    os.environ[METRICS_ENV] = str(metrics_file)  # the kernel inherits it
     start = time.monotonic()
     error = ""
     try:
@@ -146,11 +179,10 @@ def run(p: Plan, out: Path, hw: Hardware, cell_timeout: int) -> Result:
         error = f"cell {e.exec_count}: {e.ename}: {e.evalue}".strip()
     except Exception as e:  # kernel died, timeout, unreadable notebook
         error = f"{type(e).__name__}: {e}".strip()
-    finally:
-        os.environ.pop(METRICS_ENV, None)
     seconds = time.monotonic() - start
+    metrics = reported(json.loads(dst.read_text())) if dst.exists() else {}
     return Result(str(rel), "failed" if error else "passed", round(seconds, 1), hw.line,
-                  p.parameters, p.skipped, read_metrics(str(metrics_file)), error[:2000])
+                  p.parameters, p.skipped, metrics, error[:2000])
 
 
 def report(results: list[Result], hw: Hardware, out: Path, ci: bool) -> str:
@@ -191,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     hw = look_at_hardware()
     print(f"solutions: {len(chosen)} notebook(s) on {hw.line}", flush=True)
-    a.out = a.out.resolve()  # kernels run beside their notebook: the metrics file needs a full path
+    a.out = a.out.resolve()  # kernels run beside their notebook: the executed copies need a full path
     a.out.mkdir(parents=True, exist_ok=True)
     results = []
     for notebook, settings in chosen.items():

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dpc_runtime.launch import LaunchError, LaunchResult, free_port, launch, quiet_env
 from dpc_runtime.quiet import harmless, import_tensorflow, quiet_stderr
 
-from . import metrics, worker
+from . import worker
 from .data import SlowSource, WhoLoads, digits, load_images, synthetic_images, tf_pipeline_ops
 from .devices import DeviceError, Inventory, TorchPlan, cpu_cores, inventory, tf_devices, torch_plan
 from .profiling import busy_per_window, named_ranges
@@ -36,7 +36,7 @@ __all__ = [
     "DeviceError", "EpochClock", "Inventory", "LaunchError", "LaunchResult", "ScalingRow",
     "SlowSource", "Timer", "WhoLoads", "TorchPlan", "busy_per_window", "cpu_cores", "digits",
     "format_table", "free_port", "harmless", "import_tensorflow", "inventory", "keras_epoch_timer", "launch",
-    "load_images", "measure", "metrics", "named_ranges", "plot_breakdown", "plot_speedup", "quiet_env",
+    "load_images", "measure", "named_ranges", "plot_breakdown", "plot_speedup", "quiet_env",
     "quiet_stderr", "scaling_table", "sh", "speedup_table", "synthetic_images", "tf_devices",
     "tf_pipeline_ops", "throughput", "torch_plan", "worker",
 ]
