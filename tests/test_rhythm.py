@@ -13,7 +13,7 @@ TODAY = {
     "course/00-setup-and-devices.ipynb": (18, 14, 437, 0.0, 0),
     "course/01-why-several-devices.ipynb": (23, 0, 200, 0.0, 0),
     "course/02-mirrored-strategy.ipynb": (24, 0, 459, 0.0, 0),
-    "course/03-tf1-to-tf2.ipynb": (36, 0, 562, 0.0, 0),
+    "course/03-tf1-to-tf2.ipynb": (29, 0, 184, 0.0, 0),
     "course/04-manual-towers.ipynb": (62, 0, 473, 0.0, 0),
     "course/05-ring-allreduce.ipynb": (21, 19, 457, 0.0, 0),
     "course/06-horovod.ipynb": (25, 107, 407, 0.0, 0),
