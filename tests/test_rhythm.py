@@ -14,7 +14,7 @@ TODAY = {
     "course/01-why-several-devices.ipynb": (23, 0, 200, 0.0, 0),
     "course/02-mirrored-strategy.ipynb": (24, 0, 459, 0.0, 0),
     "course/03-tf1-to-tf2.ipynb": (29, 0, 184, 0.0, 0),
-    "course/04-manual-towers.ipynb": (62, 0, 473, 0.0, 0),
+    "course/04-manual-towers.ipynb": (25, 0, 198, 0.0, 0),
     "course/05-ring-allreduce.ipynb": (21, 19, 457, 0.0, 0),
     "course/06-horovod.ipynb": (25, 107, 407, 0.0, 0),
     "course/07-ddp-syncbn.ipynb": (17, 128, 480, 0.0, 0),
