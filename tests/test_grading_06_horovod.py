@@ -1,19 +1,22 @@
 """Lab 6 (Horovod) graded end to end: submissions built from the student copy in labs/ are launched
 with horovodrun and autograded by src/dpc_instructor/grade.py.
 
-A correct conversion written differently from the reference gets full marks (contiguous shards of
-each global batch, the loss summed and divided, the broadcast before the wrapper; in Keras an
-unscaled optimizer whose schedule callback returns the scaled rates, a boolean shard mask); the
-reference itself passes, or the grader refuses to grade (dpc_instructor.grade.reference). The
-typical mistakes lose exactly the points of the tests they break: without the broadcast the PyTorch
-ranks drift apart (and away from the single-process run), a loss that is not averaged over the ranks
-shows in the loss log, every rank writing checkpoints shows in the checkpoint log, and a Keras
-schedule that returns unscaled rates no longer matches one process on the global batch, and a
-PyTorch worker that never shards (every rank trains on the whole global batch: its weights still
-match) loses the matching test, whose hidden part checks the ranks' own losses. A submission whose
-scripts do no work and that fights the tests from a cell of its own in the kernel (gradekit.TAMPER)
-gets nothing: every test cell's recorded values are judged outside the kernel. Each submission
-costs four launches (two single-process references, two horovodrun jobs).
+A correct answer written differently from the reference gets full marks (contiguous shards of
+each global batch, the loss summed and divided, the broadcast before the wrapper; the resume done
+the chapter's way: rank 0 restores, broadcast_parameters and broadcast_optimizer_state send the
+tensors, broadcast_object the step and the schedule's state); the reference itself passes, or the
+grader refuses to grade (dpc_instructor.grade.reference). The typical mistakes lose exactly the
+points of the tests they break: without the broadcast the ranks drift apart (and away from the
+single-process run), a loss that is not averaged over the ranks shows in the loss log, every rank
+writing checkpoints shows in the checkpoint log; a resume that sends the others the weights, the
+momentum and the step but not the schedule's position restarts their warm-up (the ranks drift apart,
+away from the run that never stopped, and their learning rates differ from it). A worker that never
+shards (every rank trains on the whole global batch: its weights still match) loses the matching
+test, whose hidden part checks the ranks' own losses, and a resume where every rank reads the
+checkpoint itself (the result is right) loses the test of who read it. A submission whose scripts do
+no work and that fights the tests from a cell of its own in the kernel (gradekit.TAMPER) gets
+nothing: every test cell's recorded values are judged outside the kernel. Each submission costs
+three launches (a single-process reference, two horovodrun jobs).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submissio
 LAB = "06-horovod"
 RELEASE = ROOT / "labs" / LAB / "horovod.ipynb"
 SOURCE = ROOT / "solutions" / LAB / "horovod.ipynb"
-ANSWERS = ("lab06-torch-script", "lab06-keras-script")
+ANSWERS = ("lab06-torch-script", "lab06-resume-script")
 
 
 
@@ -35,12 +38,13 @@ def edit(text: str, old: str, new: str) -> str:
 
 CORRECT = reference_answers(SOURCE, ANSWERS)
 
-# Correct, written differently: PyTorch broadcasts before wrapping, cuts each global batch into
-# contiguous chunks (any equal split gives the same mean gradient), sums the losses and divides;
-# Keras compiles an unscaled SGD and lets the schedule callback (which sets the rate at every epoch's
-# start) return the scaled rates, and shards with a boolean mask.
+# Correct, written differently: the conversion broadcasts before wrapping, cuts each global batch
+# into contiguous chunks (any equal split gives the same mean gradient), sums the losses and divides;
+# the resume restores on rank 0 only and sends the state the chapter's way (broadcast_parameters,
+# broadcast_optimizer_state) plus the step and the schedule's state with broadcast_object, and skips
+# the steps done with `continue`.
 GIVEN_TORCH = CORRECT["lab06-torch-script"].split("    model = make_model()")[0]
-GIVEN_KERAS = CORRECT["lab06-keras-script"].split("    model = make_model()")[0]
+GIVEN_RESUME = CORRECT["lab06-resume-script"].split("    model = make_model()")[0]
 TAIL = """
 
 if __name__ == "__main__":
@@ -63,23 +67,26 @@ OTHER = {
             if rank == 0:
                 log_loss(step, total.item() / size, OUT)
         if rank == 0 and step in range(CKPT_EVERY, STEPS + 1, CKPT_EVERY):
-            save_checkpoint(model, opt, step, OUT)
+            save_checkpoint(model, opt, warmup, step, OUT)
     report(model, opt, OUT)
 """ + TAIL + CORRECT["lab06-torch-script"].split(TAIL)[1],
-    "lab06-keras-script": GIVEN_KERAS + """    import numpy as np
-    size, rank = hvd.size(), hvd.rank()
+    "lab06-resume-script": GIVEN_RESUME + """    size, rank = hvd.size(), hvd.rank()
     model = make_model()
-    broadcast_variables(model.trainable_weights + model.non_trainable_weights, root_rank=0)
-    model.compile(loss="mse", optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(momentum=0.9)))
-    data_x, data_y = make_data()
-    mine = np.arange(len(data_x)) % size == rank
-    cbs = [keras.callbacks.LearningRateScheduler(lambda epoch, lr: size * lr_at(epoch)),
-           hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank=0)]
-    cbs += [Checkpoint(OUT)] if rank == 0 else []
-    model.fit(data_x[mine], data_y[mine], batch_size=BATCH_SIZE, epochs=EPOCHS, shuffle=False,
-              callbacks=cbs, verbose=0)
-    report(model, OUT)
-""" + TAIL + CORRECT["lab06-keras-script"].split(TAIL)[1],
+    sgd = torch.optim.SGD(model.parameters(), lr=size * BASE_LR, momentum=0.9, nesterov=True)
+    opt = hvd.DistributedOptimizer(sgd, named_parameters=model.named_parameters())
+    warmup = make_schedule(opt)
+    done = restore(load_checkpoint(args.resume, OUT), model, opt, warmup) if rank == 0 else 0
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    done, position = hvd.broadcast_object((done, warmup.state_dict()), root_rank=0, name="resume")
+    warmup.load_state_dict(position)
+    for step, (x, y) in enumerate(global_batches(BATCH_SIZE * size, STEPS), start=1):
+        if step <= done:
+            continue
+        train_step(model, opt, x.chunk(size)[rank], y.chunk(size)[rank])
+        warmup.step()
+    report(model, opt, OUT)
+""" + TAIL + CORRECT["lab06-resume-script"].split(TAIL)[1],
 }
 
 # PyTorch: no broadcast of rank 0's state, rank 0's own loss logged, every rank writes checkpoints.
@@ -88,18 +95,27 @@ _torch = edit(CORRECT["lab06-torch-script"],
 _torch = edit(_torch, "    hvd.broadcast_optimizer_state(opt, root_rank=0)\n", "")
 _torch = edit(_torch, 'mean_loss = hvd.allreduce(torch.tensor([loss]), name="loss").item()', "mean_loss = loss")
 _torch = edit(_torch, "if hvd.rank() == 0 and step % CKPT_EVERY == 0:", "if step % CKPT_EVERY == 0:")
-# Keras: the optimizer's lr is scaled, but the schedule callback, which overrides it, is not.
-_keras = edit(CORRECT["lab06-keras-script"], "lambda epoch: lr_at(epoch, hvd.size())", "lambda epoch: lr_at(epoch)")
-WRONG = {"lab06-torch-script": _torch, "lab06-keras-script": _keras}
-# PyTorch: every rank trains on the whole global batch (no shard). The averaged gradient is then the
-# global batch's, so the weights still match one process: only the sharding check (hidden, in the
-# matching test) sees it, from the ranks' own losses.
-UNSHARDED = {**CORRECT, "lab06-torch-script": edit(CORRECT["lab06-torch-script"],
-                                                   "train_step(model, opt, x[shard], y[shard])",
-                                                   "train_step(model, opt, x, y)")}
+# Resume: rank 0 restores and sends the others the weights, the momentum (the chapter's step 5) and
+# the step, but not the schedule's position: their warm-up starts over.
+_resume = edit(OTHER["lab06-resume-script"],
+               """    done, position = hvd.broadcast_object((done, warmup.state_dict()), root_rank=0, name="resume")
+    warmup.load_state_dict(position)
+""", """    done = hvd.broadcast_object(done, root_rank=0, name="step")
+""")
+WRONG = {"lab06-torch-script": _torch, "lab06-resume-script": _resume}
+# Narrow mistakes. Conversion: every rank trains on the whole global batch (no shard). The averaged
+# gradient is then the global batch's, so the weights still match one process: only the sharding check
+# (hidden, in the matching test) sees it, from the ranks' own losses. Resume: every rank reads the
+# checkpoint itself (rank 0's copy is still the one broadcast, so the run is right): only the test of
+# who read it sees it.
+NARROW = {"lab06-torch-script": edit(CORRECT["lab06-torch-script"], "train_step(model, opt, x[shard], y[shard])",
+                                     "train_step(model, opt, x, y)"),
+          "lab06-resume-script": edit(CORRECT["lab06-resume-script"],
+                                      "load_checkpoint(args.resume, OUT) if hvd.rank() == 0 else None",
+                                      "load_checkpoint(args.resume, OUT)")}
 
 NO_WORK = {gid: given + "    pass" + TAIL + "    start(backend=None)\n    main()\n    finish()\n"
-           for gid, given in (("lab06-torch-script", GIVEN_TORCH), ("lab06-keras-script", GIVEN_KERAS))}
+           for gid, given in (("lab06-torch-script", GIVEN_TORCH), ("lab06-resume-script", GIVEN_RESUME))}
 
 
 def tampering() -> dict:
@@ -115,8 +131,8 @@ def tampering() -> dict:
 TESTS = {  # test cell -> points
     "lab06-test-torch-consistent": 2, "lab06-test-torch-matches": 2, "lab06-test-torch-lr": 1,
     "lab06-test-torch-metrics": 1, "lab06-test-torch-checkpoints": 2,
-    "lab06-test-keras-consistent": 1, "lab06-test-keras-matches": 2, "lab06-test-keras-lr": 1,
-    "lab06-test-keras-checkpoints": 1,
+    "lab06-test-resume-consistent": 1, "lab06-test-resume-matches": 2, "lab06-test-resume-lr": 1,
+    "lab06-test-resume-read": 1,
 }
 
 
@@ -124,7 +140,7 @@ TESTS = {  # test cell -> points
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {"other": {name: fill(RELEASE, OTHER)}, "wrong": {name: fill(RELEASE, WRONG)},
-                "unsharded": {name: fill(RELEASE, UNSHARDED)}, "tamper": {name: tampering()}}
+                "narrow": {name: fill(RELEASE, NARROW)}, "tamper": {name: tampering()}}
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), notebook_timeout=900)
 
 
@@ -144,18 +160,20 @@ def test_typical_mistakes_lose_exactly_their_points(graded):
     assert row["status"] == "graded", row["status"]
     # No broadcast: ranks disagree, and rank 0 no longer matches one process on the global batch;
     # rank 0's own loss in the log: the metrics test; every rank checkpointing: the log names rank 1
-    # too. The PyTorch lr is right: kept. Unscaled Keras schedule: the lr test and the match with the
-    # single-process run fail; the ranks still agree with each other and only rank 0 checkpoints: kept.
+    # too. The lr after the warm-up is right: kept. Resume without the schedule's position: the other
+    # ranks' warm-up starts over, so they drift apart, away from the uninterrupted run, with other
+    # learning rates; only rank 0 read the checkpoint: kept.
     assert lost(row) == {"lab06-test-torch-consistent", "lab06-test-torch-matches", "lab06-test-torch-metrics",
-                         "lab06-test-torch-checkpoints", "lab06-test-keras-matches", "lab06-test-keras-lr"}
-    assert float(row["score"]) == 1 + 1 + 1  # torch-lr, keras-consistent, keras-checkpoints
+                         "lab06-test-torch-checkpoints", "lab06-test-resume-consistent",
+                         "lab06-test-resume-matches", "lab06-test-resume-lr"}
+    assert float(row["score"]) == 1 + 1  # torch-lr, resume-read
 
 
-def test_a_worker_that_never_shards_loses_the_matching_test(graded):
-    row = graded["unsharded"]
+def test_narrow_mistakes_lose_only_the_test_that_sees_them(graded):
+    row = graded["narrow"]
     assert row["status"] == "graded", row["status"]
-    assert lost(row) == {"lab06-test-torch-matches"}, row
-    assert float(row["score"]) == sum(TESTS.values()) - 2
+    assert lost(row) == {"lab06-test-torch-matches", "lab06-test-resume-read"}, row
+    assert float(row["score"]) == sum(TESTS.values()) - 2 - 1
 
 
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
