@@ -58,7 +58,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DEFAULT_LAB = "05-ring-allreduce"
-FAIRNESS_LAB = "06-horovod"  # the heaviest lab: TensorFlow and Horovod ranks
+FAIRNESS_LAB = "06-horovod"  # a heavy lab: Horovod ranks (horovodrun itself imports TensorFlow)
 # Deadlines (seconds) of the waits: generous, for a loaded 2-core machine; every wait ends on an event.
 SPAWN_S = 300
 RUN_ALL_S = 900
