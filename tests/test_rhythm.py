@@ -16,7 +16,7 @@ TODAY = {
     "course/03-tf1-to-tf2.ipynb": (29, 0, 184, 0.0, 0),
     "course/04-manual-towers.ipynb": (25, 0, 198, 0.0, 0),
     "course/05-ring-allreduce.ipynb": (21, 19, 457, 0.0, 0),
-    "course/06-horovod.ipynb": (25, 107, 407, 0.0, 0),
+    "course/06-horovod.ipynb": (25, 87, 188, 0.0, 0),
     "course/07-ddp-syncbn.ipynb": (17, 128, 480, 0.0, 0),
     "course/08-scaling-up.ipynb": (36, 0, 710, 0.0, 0),
     "course/09-sharding.ipynb": (22, 95, 200, 0.0, 0),
