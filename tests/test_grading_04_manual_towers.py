@@ -1,26 +1,28 @@
-"""Lab 4 (manual towers) graded end to end: submissions built from the student copy in labs/ are
-autograded by src/dpc_instructor/grade.py; a correct submission gets full marks and the typical mistakes lose
-exactly the points of the tests they break.
+"""Lab 4 (manual towers on sharded variables) graded end to end: submissions built from the student
+copy in labs/ are autograded by src/dpc_instructor/grade.py; a correct submission gets full marks and
+the typical mistakes lose exactly the points of the tests they break.
 
-Four submissions keep it cheap (each grading run starts TensorFlow with 4 logical devices):
-  correct  - a correct solution written differently from the reference (an index loop and
-             tf.tensordot for the average; the clipping scale computed by hand from the global norm);
-  summing  - sums the tower gradients instead of averaging them, and gives every tower the whole
-             batch (forgot to split): loses the plain-average test, the equality test (N times
-             too large a step) and the split test — and nothing else: with the whole batch on
-             every tower the weighted average and the loss happen to stay right, and clipping N
-             times the gradient to a norm below the gradient's gives the same clipped step;
-  unweighted - averages gradients and losses without the shares when the slices are uneven, clips
-             every tower's gradient before averaging, and keeps a gradient buffer per tower as new
-             tf.Variables: loses the uneven-split test, the loss test, the clipping test and the
-             shared-variables test;
+Five submissions keep it cheap (each grading run starts TensorFlow with 4 logical devices):
+  correct  - a correct solution written differently from the reference (heapq for the placement;
+             the tower gradients grouped by device with tf.tensordot, the clipping scale from one
+             partial sum of squares per device);
+  transplanted - chapter 4's recipe with the weights: round-robin placement (replica_device_setter's
+             default) and a step that stacks every gradient on one device, weights and clips them
+             there (tf.clip_by_global_norm): the numbers are right, so it loses the two placement
+             tests and the test that watches where each gradient is combined, and nothing else;
+  summing  - sums the tower gradients and the tower losses instead of weighting them, and gives
+             every tower the whole batch (forgot to split): loses the split, equal, uneven and loss
+             tests, and nothing else: the gradients are combined on the right devices, and clipping
+             N times the gradient to a norm below the gradient's gives the same clipped step;
+  unweighted - plain mean of gradients and losses when the slices are uneven, clips every tower's
+             gradient before combining, and keeps a gradient buffer per tower as new tf.Variables:
+             loses the uneven-split test, the loss test, the clipping test and the shared-variables test;
   own variables - every tower works on its own copy of the model (clone_model + set_weights) and
-             its gradients are applied to the model's variables: the numbers and the slices are
-             right, so it loses the shared-variables test and nothing else (the test that watches
-             the slices records inside the model, so it sees the copies' forward passes too);
+             its gradients are applied to the model's variables: the numbers, the slices and the
+             devices are right, so it loses the shared-variables test and nothing else;
   tamper   - does no work and fights the tests from inside the kernel (gradekit.TAMPER, plus the
-             harness's max_abs_diff made to see no difference): got 14/14 before the judge, 0 now —
-             every test cell's recorded values are compared outside the kernel.
+             harness's max_abs_diff made to see no difference): 0 of 14, every test cell's
+             recorded values are compared outside the kernel.
 """
 from __future__ import annotations
 
@@ -30,114 +32,150 @@ from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill
 LAB = "04-manual-towers"
 RELEASE = ROOT / "labs" / LAB / "manual-towers.ipynb"
 
-AVERAGE = '''def average_gradients(tower_grads, weights=None):
-    n = len(tower_grads)
-    w = np.full(n, 1.0 / n) if weights is None else np.asarray(weights)
-    out = []
-    for k in range(len(tower_grads[0])):
-        stacked = tf.stack([tower[k][0] for tower in tower_grads])
-        out.append((tf.tensordot(tf.constant(w, stacked.dtype), stacked, axes=1), tower_grads[0][k][1]))
-    return out'''
+PLACE = '''def place_variables(shapes, n_devices):
+    import heapq
+    heap = [(0, d) for d in range(n_devices)]  # (values held, device): the least loaded, lowest index first
+    out = {}
+    order = sorted(enumerate(shapes), key=lambda item: (-int(np.prod(item[1])), item[0]))
+    for i, shape in order:
+        held, d = heapq.heappop(heap)
+        out[i] = d
+        heapq.heappush(heap, (held + int(np.prod(shape)), d))
+    return [out[i] for i in range(len(shapes))]'''
 
 STEP = '''def tower_step(model, optimizer, x, y, devices, sizes=None, clip_norm=None):
     n = len(devices)
     sizes = sizes or [x.shape[0] // n] * n
-    shares = [s / sum(sizes) for s in sizes]
+    shares = tf.constant([s / sum(sizes) for s in sizes], tf.float32)
     xs, ys = tf.split(x, sizes), tf.split(y, sizes)
-    tower_grads, losses = [], []
+    variables = model.trainable_variables
+    per_tower, losses = [], []
     for i, d in enumerate(devices):
         with tf.device(d):
             with tf.GradientTape() as tape:
                 loss = loss_fn(ys[i], model(xs[i], training=True))
-        tower_grads.append(list(zip(tape.gradient(loss, model.trainable_variables),
-                                    model.trainable_variables)))
+        per_tower.append(tape.gradient(loss, variables))
         losses.append(loss)
-    avg = average_gradients(tower_grads, shares)
+    by_device = {}
+    for k, v in enumerate(variables):
+        by_device.setdefault(v.value.device, []).append(k)
+    combined, partial = [None] * len(variables), []
+    for device, ks in by_device.items():
+        with tf.device(device):
+            for k in ks:
+                combined[k] = tf.tensordot(shares, tf.stack([g[k] for g in per_tower]), axes=1)
+            partial.append(tf.add_n([tf.reduce_sum(combined[k] ** 2) for k in ks]))
     if clip_norm:
-        scale = tf.minimum(1.0, clip_norm / tf.linalg.global_norm([g for g, _ in avg]))
-        avg = [(g * scale, v) for g, v in avg]
-    optimizer.apply_gradients(avg)
-    return sum(s * l for s, l in zip(shares, losses))'''
+        scale = tf.minimum(1.0, clip_norm / tf.sqrt(tf.add_n(partial)))
+        for device, ks in by_device.items():
+            with tf.device(device):
+                for k in ks:
+                    combined[k] = combined[k] * scale
+    optimizer.apply_gradients(list(zip(combined, variables)))
+    return tf.tensordot(shares, tf.stack(losses), axes=1)'''
 
-CORRECT = {"lab04-average-gradients": AVERAGE, "lab04-tower-step": STEP}
+CORRECT = {"lab04-place-variables": PLACE, "lab04-tower-step": STEP}
+
+# Chapter 4's cells 8 and 10 with the weights: right numbers, everything gathered on one device.
+TRANSPLANTED = {
+    "lab04-place-variables": '''def place_variables(shapes, n_devices):
+    return [i % n_devices for i in range(len(shapes))]''',
+    "lab04-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None, clip_norm=None):
+    variables = model.trainable_variables
+    sizes = sizes or [x.shape[0] // len(devices)] * len(devices)
+    shares = [s / sum(sizes) for s in sizes]
+    tower_grads, tower_losses = [], []
+    for i, (device, x_i, y_i) in enumerate(zip(devices, tf.split(x, sizes), tf.split(y, sizes))):
+        with tf.device(device), tf.name_scope(f"tower_{i}"):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y_i, model(x_i, training=True))
+            tower_grads.append(list(zip(tape.gradient(loss, variables), variables)))
+            tower_losses.append(loss)
+    with tf.device(devices[0]):
+        averaged = []
+        for pairs in zip(*tower_grads):
+            grads = tf.stack([w * g for w, (g, _) in zip(shares, pairs)])
+            averaged.append(tf.reduce_sum(grads, axis=0))
+        if clip_norm is not None:
+            averaged, _ = tf.clip_by_global_norm(averaged, clip_norm)
+        optimizer.apply_gradients(zip(averaged, variables))
+        return tf.add_n([w * l for w, l in zip(shares, tower_losses)])''',
+}
 
 SUMMING = {
-    # The plain path sums; the weighted path is right.
-    "lab04-average-gradients": '''def average_gradients(tower_grads, weights=None):
-    out = []
-    for pairs in zip(*tower_grads):
-        grads = [g for g, _ in pairs]
-        if weights is None:
-            out.append((tf.add_n(grads), pairs[0][1]))
-        else:
-            out.append((tf.add_n([w * g for w, g in zip(weights, grads)]), pairs[0][1]))
-    return out''',
-    # Every tower gets the whole batch; weights only passed for uneven splits; clips the average.
+    "lab04-place-variables": PLACE,
+    # Every tower gets the whole batch; the tower gradients and losses are summed (on the right devices).
     "lab04-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None, clip_norm=None):
+    variables = model.trainable_variables
     tower_grads, losses = [], []
     for d in devices:
         with tf.device(d):
             with tf.GradientTape() as tape:
                 loss = loss_fn(y, model(x, training=True))
-        tower_grads.append(list(zip(tape.gradient(loss, model.trainable_variables),
-                                    model.trainable_variables)))
+            tower_grads.append(tape.gradient(loss, variables))
         losses.append(loss)
-    weights = None if sizes is None else [s / sum(sizes) for s in sizes]
-    avg = average_gradients(tower_grads, weights)
+    grads = []
+    for k, v in enumerate(variables):
+        with tf.device(v.value.device):
+            grads.append(tf.add_n([g[k] for g in tower_grads]))
     if clip_norm is not None:
-        grads, _ = tf.clip_by_global_norm([g for g, _ in avg], clip_norm)
-        avg = list(zip(grads, model.trainable_variables))
-    optimizer.apply_gradients(avg)
-    return tf.reduce_mean(tf.stack(losses))''',
+        norm = tf.sqrt(tf.add_n([tf.reduce_sum(g * g) for g in grads]))
+        for k, v in enumerate(variables):
+            with tf.device(v.value.device):
+                grads[k] = grads[k] * tf.minimum(1.0, clip_norm / norm)
+    optimizer.apply_gradients(zip(grads, variables))
+    return tf.add_n(losses)''',
 }
 
 UNWEIGHTED = {
-    "lab04-average-gradients": AVERAGE,
+    "lab04-place-variables": PLACE,
     # Splits correctly but ignores the shares, clips per tower, and accumulates into new variables.
     "lab04-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None, clip_norm=None):
     n = len(devices)
     sizes = sizes or [x.shape[0] // n] * n
     xs, ys = tf.split(x, sizes), tf.split(y, sizes)
+    variables = model.trainable_variables
     tower_grads, losses = [], []
     for i, d in enumerate(devices):
         with tf.device(d):
             with tf.GradientTape() as tape:
                 loss = loss_fn(ys[i], model(xs[i], training=True))
-            grads = tape.gradient(loss, model.trainable_variables)
+            grads = tape.gradient(loss, variables)
             if clip_norm is not None:
                 grads, _ = tf.clip_by_global_norm(grads, clip_norm)
             buffers = [tf.Variable(g) for g in grads]
-        tower_grads.append([(b.read_value(), v) for b, v in zip(buffers, model.trainable_variables)])
+        tower_grads.append([b.read_value() for b in buffers])
         losses.append(loss)
-    optimizer.apply_gradients(average_gradients(tower_grads))
+    mean = []
+    for k, v in enumerate(variables):
+        with tf.device(v.value.device):
+            mean.append(tf.add_n([g[k] for g in tower_grads]) / n)
+    optimizer.apply_gradients(zip(mean, variables))
     return tf.reduce_mean(tf.stack(losses))''',
 }
 
-
 OWN_VARIABLES = {
-    "lab04-average-gradients": AVERAGE,
+    "lab04-place-variables": PLACE,
     # Right slices, devices, weights, clipping and loss, but every tower builds its own copy of the weights.
     "lab04-tower-step": STEP.replace(
-        """            with tf.GradientTape() as tape:
+        '''            with tf.GradientTape() as tape:
                 loss = loss_fn(ys[i], model(xs[i], training=True))
-        tower_grads.append(list(zip(tape.gradient(loss, model.trainable_variables),
-                                    model.trainable_variables)))""",
-        """            replica = keras.models.clone_model(model)
+        per_tower.append(tape.gradient(loss, variables))''',
+        '''            replica = keras.models.clone_model(model)
             replica.set_weights(model.get_weights())
             with tf.GradientTape() as tape:
                 loss = loss_fn(ys[i], replica(xs[i], training=True))
-            grads = tape.gradient(loss, replica.trainable_variables)
-        tower_grads.append(list(zip(grads, model.trainable_variables)))"""),
+            per_tower.append(tape.gradient(loss, replica.trainable_variables))'''),
 }
 assert "clone_model" in OWN_VARIABLES["lab04-tower-step"], "the mutation must apply"
 
 
 TAMPERING = {
-    "lab04-average-gradients": TAMPER + '''
+    "lab04-place-variables": TAMPER + '''
 
-def average_gradients(tower_grads, weights=None):
+def place_variables(shapes, n_devices):
     _claim_full_marks()
-    return [(tf.zeros_like(g), v) for g, v in tower_grads[0]]''',
+    return [0] * len(shapes)''',
     "lab04-tower-step": '''max_abs_diff = lambda *a, **k: 0.0  # the harness's comparisons see no difference
 
 
@@ -156,9 +194,9 @@ def submission(answers: dict[str, str]) -> dict:
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {s: {name: submission(a)} for s, a in [
-        ("correct", CORRECT), ("summing", SUMMING), ("unweighted", UNWEIGHTED),
-        ("own-variables", OWN_VARIABLES), ("tamper", TAMPERING)]}
-    # Generous limits: four TensorFlow start-ups on a shared 2-core box.
+        ("correct", CORRECT), ("transplanted", TRANSPLANTED), ("summing", SUMMING),
+        ("unweighted", UNWEIGHTED), ("own-variables", OWN_VARIABLES), ("tamper", TAMPERING)]}
+    # Generous limits: five TensorFlow start-ups on a shared 2-core box.
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=60,
                      notebook_timeout=400)
 
@@ -169,10 +207,17 @@ def test_correct_submission_gets_full_marks(graded):
     assert not lost(row)
 
 
+def test_the_chapters_recipe_with_weights_loses_the_placement_tests(graded):
+    row = graded["transplanted"]
+    assert row["status"] == "graded"
+    assert lost(row) == {"lab04-test-place", "lab04-test-balance", "lab04-test-placement"}, row
+    assert row["score"] == "8"
+
+
 def test_summing_and_not_splitting_lose_their_tests(graded):
     row = graded["summing"]
     assert row["status"] == "graded"
-    assert lost(row) == {"lab04-test-average", "lab04-test-equal", "lab04-test-split"}, row
+    assert lost(row) == {"lab04-test-split", "lab04-test-equal", "lab04-test-uneven", "lab04-test-loss"}, row
     assert row["score"] == "8"
 
 
@@ -180,7 +225,7 @@ def test_unweighted_average_per_tower_clipping_and_new_variables_lose_their_test
     row = graded["unweighted"]
     assert row["status"] == "graded"
     assert lost(row) == {"lab04-test-uneven", "lab04-test-loss", "lab04-test-clip", "lab04-test-shared"}, row
-    assert row["score"] == "8"
+    assert row["score"] == "9"
 
 
 def test_own_variables_per_tower_lose_only_the_shared_test(graded):

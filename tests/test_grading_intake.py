@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None,
 LAB, NB = lab4.LAB, lab4.RELEASE.name
 SOURCE = ROOT / "solutions" / LAB / NB
 
-HOSTILE = lab4.CORRECT["lab04-average-gradients"] + f'''
+HOSTILE = lab4.CORRECT["lab04-place-variables"] + f'''
 import os
 print("UID", os.getuid(), os.geteuid())
 for path in {HOST_FILES!r}:
@@ -39,7 +39,7 @@ for path in {HOST_FILES!r}:
         except OSError:
             pass
 '''
-FILLER = lab4.CORRECT["lab04-average-gradients"] + '''
+FILLER = lab4.CORRECT["lab04-place-variables"] + '''
 import itertools
 for k in itertools.count():  # files under the per-file limit, until stopped
     open(f"filler-{k}.bin", "wb").write(b"1" * (16 << 20))
@@ -50,7 +50,7 @@ def copied_cells() -> dict:
     """Correct, with the answer cell and the test after it copied and pasted (same ids)."""
     nb = lab4.submission(lab4.CORRECT)
     cells = notebook.by_grade_id(nb)
-    first = nb["cells"].index(cells["lab04-average-gradients"])
+    first = nb["cells"].index(cells["lab04-place-variables"])
     nb["cells"][first + 2:first + 2] = [json.loads(json.dumps(c)) for c in nb["cells"][first:first + 2]]
     return nb
 
@@ -61,7 +61,7 @@ def moved_cells() -> dict:
     cells = notebook.by_grade_id(nb)
     nb["cells"].remove(cells["lab04-harness"])
     nb["cells"].remove(cells["lab04-imports"])
-    nb["cells"].insert(nb["cells"].index(cells["lab04-average-gradients"]) + 1, cells["lab04-imports"])
+    nb["cells"].insert(nb["cells"].index(cells["lab04-place-variables"]) + 1, cells["lab04-imports"])
     return nb
 
 
@@ -74,8 +74,8 @@ def graded(tmp_path_factory):
         "王芳": {NB: lab4.submission(lab4.SUMMING)},
         "ann lee": {NB: moved_cells()},
         "ann_lee": {NB: lab4.submission(lab4.SUMMING)},
-        "-rf": {NB: lab4.submission({**lab4.CORRECT, "lab04-average-gradients": HOSTILE})},
-        "filler": {NB: lab4.submission({**lab4.CORRECT, "lab04-average-gradients": FILLER})},
+        "-rf": {NB: lab4.submission({**lab4.CORRECT, "lab04-place-variables": HOSTILE})},
+        "filler": {NB: lab4.submission({**lab4.CORRECT, "lab04-place-variables": FILLER})},
         "Ann_lee": {},  # differs from ann_lee in case only: a student of their own
     }
 
@@ -152,7 +152,7 @@ def test_every_name_is_its_own_student(graded):
 def test_copied_moved_and_deleted_cells_are_repaired_with_a_note(graded):
     copied, moved = graded["rows"]["李雷"], graded["rows"]["ann lee"]
     assert (copied["status"], copied["score"]) == ("graded", "14"), copied
-    assert "a copy of lab04-average-gradients became a cell of your own" in copied["notes"]
+    assert "a copy of lab04-place-variables became a cell of your own" in copied["notes"]
     assert "an id of its own" in copied["notes"]
     assert (moved["status"], moved["score"]) == ("graded", "14"), moved
     assert "re-added the deleted cell lab04-harness" in moved["notes"]
