@@ -18,7 +18,7 @@ TODAY = {
     "course/05-ring-allreduce.ipynb": (21, 19, 457, 0.0, 0),
     "course/06-horovod.ipynb": (25, 87, 188, 0.0, 0),
     "course/07-ddp-syncbn.ipynb": (17, 128, 480, 0.0, 0),
-    "course/08-scaling-up.ipynb": (36, 0, 710, 0.0, 0),
+    "course/08-scaling-up.ipynb": (27, 19, 197, 0.0, 0),
     "course/09-sharding.ipynb": (22, 95, 200, 0.0, 0),
     "course/10-failures.ipynb": (24, 99, 551, 0.0, 0),
     "course/11-inside-ddp.ipynb": (18, 73, 332, 0.0, 0),
