@@ -17,7 +17,7 @@ TODAY = {
     "course/04-manual-towers.ipynb": (25, 0, 198, 0.0, 0),
     "course/05-ring-allreduce.ipynb": (21, 19, 457, 0.0, 0),
     "course/06-horovod.ipynb": (25, 87, 188, 0.0, 0),
-    "course/07-ddp-syncbn.ipynb": (17, 128, 480, 0.0, 0),
+    "course/07-ddp-syncbn.ipynb": (17, 100, 196, 0.0, 0),
     "course/08-scaling-up.ipynb": (27, 19, 197, 0.0, 0),
     "course/09-sharding.ipynb": (22, 95, 200, 0.0, 0),
     "course/10-failures.ipynb": (24, 99, 551, 0.0, 0),
