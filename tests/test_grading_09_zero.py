@@ -1,20 +1,27 @@
-"""Lab 9 (a sharded optimizer step, ZeRO-1) graded end to end: submissions built from the student
-copy in labs/ are autograded by src/dpc_instructor/grade.py with real torchrun launches on 2, 3 and 4 ranks.
+"""Lab 9 (a sharded optimizer step, ZeRO-1, clipped by the global norm) graded end to end: submissions
+built from the student copy in labs/ are autograded by src/dpc_instructor/grade.py with real torchrun
+launches on 2, 3 and 4 ranks.
 
 A correct submission written differently from the reference gets full marks (all-reduce then
-slice, one broadcast per owner); the reference itself (reduce-scatter, a padded all-gather) passes,
-or the grader refuses to grade (dpc_instructor.grade.reference). Each typical ZeRO mistake loses
-exactly the points of the test cells it breaks:
+slice, one broadcast per owner, the squared slice norms all-gathered and summed); the reference itself
+(reduce-scatter, a padded all-gather, an all-reduce of the squared slice norm) passes, or the grader
+refuses to grade (dpc_instructor.grade.reference). Each typical ZeRO mistake loses exactly the points
+of the test cells it breaks:
 
 * wrong shard boundaries (every slice numel // N long, the remainder owned by nobody) and the
   gradient summed instead of averaged: shard bounds, gradient and weights;
 * the whole vector stepped on every rank (DDP's optimizer, not a sharded one): the memory test only,
   since the weights are still right;
 * the all-gather forgotten: the gather test and the weights;
+* clipped by the norm of this rank's slice (no collective: every rank its own factor): the clip test
+  and the weights;
+* clip_shard right, but zero_step clips each rank's full local gradient before the reduce-scatter
+  (the norm of this rank's batch, not of the average): the weights only;
 * tamper: does no work and fights the tests from inside the kernel (gradekit.TAMPER; `load` rebound
   to a module whose shard_bounds knows only the two visible cases; helpers.launch replaced by fake
   ranks reporting zero errors, the untrained weights and one momentum value each). The test cells
-  record the raw values (slices, gradient slices, gathered vectors, weights) and the judge compares
+  record the raw values (slices, gradient slices, gathered vectors, clipped slices and norms, weights)
+  and the judge compares
   them outside the kernel: it loses everything but the memory test, whose only observation is a
   count the test states in advance (1 <= values held <= the longest slice): that one cannot be
   protected, a do-nothing zero_step that puts one element in `state` passes it too.
@@ -26,8 +33,8 @@ from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill
 
 LAB = "09-zero"
 RELEASE = ROOT / "labs" / LAB / "zero.ipynb"
-POINTS = {"lab09-test-bounds": 2, "lab09-test-grad": 2, "lab09-test-gather": 2, "lab09-test-weights": 3,
-          "lab09-test-memory": 2}
+POINTS = {"lab09-test-bounds": 2, "lab09-test-grad": 2, "lab09-test-gather": 2, "lab09-test-clip": 2,
+          "lab09-test-weights": 3, "lab09-test-memory": 2}
 
 BOUNDS = '''%%writefile runs/09/zero_bounds.py
 
@@ -64,22 +71,37 @@ def gather_params(flat_params, shards, rank):
         for (a, b), piece in zip(shards, pieces):
             flat_params[a:b] = piece[:b - a]
 '''
+CLIP = '''%%writefile runs/09/zero_clip.py
+import torch
+import torch.distributed as dist
+
+
+def clip_shard(grad, max_norm):
+    squares = grad.pow(2).sum().reshape(1)
+    dist.all_reduce(squares)
+    norm = squares.sqrt().item()
+    grad.mul_(min(1.0, max_norm / (norm + 1e-6)))
+    return norm
+'''
 STEP = '''%%writefile runs/09/zero_step.py
 from zero_bounds import shard_bounds
+from zero_clip import clip_shard
 from zero_gather import gather_params
 from zero_grad import grad_shard
 from zero_sgd import sgd_momentum
 
 
-def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
+def zero_step(flat_params, flat_grad, state, lr, max_norm, world_size, rank):
     shards = [shard_bounds(flat_params.numel(), world_size, r) for r in range(world_size)]
     grad = grad_shard(flat_grad, shards, rank)
+    clip_shard(grad, max_norm)
     start, stop = shards[rank]
     sgd_momentum(flat_params[start:stop], grad, state, lr)
     gather_params(flat_params, shards, rank)
 '''
-CORRECT = {"lab09-bounds": BOUNDS, "lab09-grad": GRAD, "lab09-gather": GATHER, "lab09-step": STEP}
-# Correct too, written differently: sizes listed first, all-reduce then slice, a broadcast per owner.
+CORRECT = {"lab09-bounds": BOUNDS, "lab09-grad": GRAD, "lab09-gather": GATHER, "lab09-clip": CLIP, "lab09-step": STEP}
+# Correct too, written differently: sizes listed first, all-reduce then slice, a broadcast per owner,
+# every rank's squared norm all-gathered and summed, the factor as a tensor clamped at 1.
 DIFFERENT = {
     "lab09-bounds": '''%%writefile runs/09/zero_bounds.py
 
@@ -108,19 +130,38 @@ def gather_params(flat_params, shards, rank):
         dist.broadcast(piece, src=owner)
         flat_params.data[a:b] = piece
 ''',
+    "lab09-clip": '''%%writefile runs/09/zero_clip.py
+import math
+
+import torch
+import torch.distributed as dist
+
+
+def clip_shard(grad, max_norm):
+    mine = torch.tensor([float(torch.dot(grad, grad))]) if grad.numel() else torch.zeros(1)
+    everyone = [torch.zeros(1) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    total = math.sqrt(sum(t.item() for t in everyone))
+    factor = torch.clamp(torch.tensor(max_norm / (total + 1e-6)), max=1.0)
+    grad *= factor
+    return total
+''',
     "lab09-step": '''%%writefile runs/09/zero_step.py
 import zero_bounds
+import zero_clip
 import zero_gather
 import zero_grad
 import zero_sgd
 
 
-def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
+def zero_step(flat_params, flat_grad, state, lr, max_norm, world_size, rank):
     n = flat_params.numel()
     shards = [zero_bounds.shard_bounds(n, world_size, r) for r in range(world_size)]
     a, b = shards[rank]
     mine = flat_params.narrow(0, a, b - a)
-    zero_sgd.sgd_momentum(mine, zero_grad.grad_shard(flat_grad, shards, rank), state, lr)
+    g = zero_grad.grad_shard(flat_grad, shards, rank)
+    zero_clip.clip_shard(g, max_norm)
+    zero_sgd.sgd_momentum(mine, g, state, lr)
     zero_gather.gather_params(flat_params, shards, rank)
 ''',
 }
@@ -137,15 +178,17 @@ def shard_bounds(numel, world_size, rank):
     # the gradients summed over ranks, not averaged
     "lab09-grad": GRAD.replace("return mine / len(shards)", "return mine"),
 }
-# DDP's optimizer: the whole averaged gradient and the whole vector stepped on every rank
+# DDP's optimizer: the whole averaged gradient (clipped whole) and the whole vector stepped on every rank
 WRONG_WHOLE = {**CORRECT, "lab09-step": '''%%writefile runs/09/zero_step.py
 import torch.distributed as dist
 from zero_sgd import sgd_momentum
 
 
-def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
+def zero_step(flat_params, flat_grad, state, lr, max_norm, world_size, rank):
     dist.all_reduce(flat_grad)
-    sgd_momentum(flat_params, flat_grad / world_size, state, lr)
+    grad = flat_grad / world_size
+    grad *= min(1.0, max_norm / (grad.norm().item() + 1e-6))
+    sgd_momentum(flat_params, grad, state, lr)
 '''}
 # the all-gather forgotten: each rank only ever sees its own slice move
 WRONG_NO_GATHER = {**CORRECT, "lab09-gather": '''%%writefile runs/09/zero_gather.py
@@ -153,6 +196,32 @@ WRONG_NO_GATHER = {**CORRECT, "lab09-gather": '''%%writefile runs/09/zero_gather
 
 def gather_params(flat_params, shards, rank):
     pass  # this rank's slice is already in place
+'''}
+# clipped by the norm of this rank's slice: no collective, so every rank scales by its own factor
+WRONG_SLICE_NORM = {**CORRECT, "lab09-clip": '''%%writefile runs/09/zero_clip.py
+
+
+def clip_shard(grad, max_norm):
+    norm = grad.norm().item()
+    grad.mul_(min(1.0, max_norm / (norm + 1e-6)))
+    return norm
+'''}
+# clip_shard right, but zero_step clips the full local gradient before the reduce-scatter: the norm of
+# this rank's batch (one factor per rank), not of the global batch's averaged gradient
+WRONG_CLIP_LOCAL = {**CORRECT, "lab09-step": '''%%writefile runs/09/zero_step.py
+from zero_bounds import shard_bounds
+from zero_gather import gather_params
+from zero_grad import grad_shard
+from zero_sgd import sgd_momentum
+
+
+def zero_step(flat_params, flat_grad, state, lr, max_norm, world_size, rank):
+    flat_grad = flat_grad * min(1.0, max_norm / (flat_grad.norm().item() + 1e-6))
+    shards = [shard_bounds(flat_params.numel(), world_size, r) for r in range(world_size)]
+    grad = grad_shard(flat_grad, shards, rank)
+    start, stop = shards[rank]
+    sgd_momentum(flat_params[start:stop], grad, state, lr)
+    gather_params(flat_params, shards, rank)
 '''}
 # No work, and the tests fought from the kernel: the answer cells' modules do nothing; the first
 # one is not a %%writefile cell but code run in the kernel, which neutralises the asserts (TAMPER),
@@ -193,8 +262,8 @@ class _Ranks:  # a launch that never starts a process: every rank reports what t
     seconds = 0.0
 
     def report(self, rank):
-        return _Report(grad_err=0.0, gather_err=0.0, grad=[0.0], gathered=[0.0] * 187, weights=_untrained,
-                       state_numel=1)
+        return _Report(grad_err=0.0, gather_err=0.0, clip_err=0.0, grad=[0.0], gathered=[0.0] * 187,
+                       clipped=[[0.0], [0.0], []], norms=[1.0, 1.0, 1.0], weights=_untrained, state_numel=1)
 
 
 _helpers.launch = lambda script, n, **kwargs: _Ranks()
@@ -212,22 +281,32 @@ def grad_shard(flat_grad, shards, rank):
 def gather_params(flat_params, shards, rank):
     pass
 """,
+    "lab09-clip": """%%writefile runs/09/zero_clip.py
+
+
+def clip_shard(grad, max_norm):
+    return 0.0
+""",
     "lab09-step": """%%writefile runs/09/zero_step.py
 
 
-def zero_step(flat_params, flat_grad, state, lr, world_size, rank):
+def zero_step(flat_params, flat_grad, state, lr, max_norm, world_size, rank):
     pass
 """,
 }
 SUBMISSIONS = {"different": DIFFERENT, "bounds-and-sum": WRONG_BOUNDS_AND_SUM,
-               "whole-model": WRONG_WHOLE, "no-gather": WRONG_NO_GATHER, "tamper": TAMPERING}
+               "whole-model": WRONG_WHOLE, "no-gather": WRONG_NO_GATHER, "slice-norm": WRONG_SLICE_NORM,
+               "clip-local": WRONG_CLIP_LOCAL, "tamper": TAMPERING}
 EXPECTED_LOST = {
     "different": set(),
     "bounds-and-sum": {"lab09-test-bounds", "lab09-test-grad", "lab09-test-weights"},
     "whole-model": {"lab09-test-memory"},
     "no-gather": {"lab09-test-gather", "lab09-test-weights"},
-    # every test but the memory test's count (see the module docstring); before the judge: 11/11
-    "tamper": {"lab09-test-bounds", "lab09-test-grad", "lab09-test-gather", "lab09-test-weights"},
+    "slice-norm": {"lab09-test-clip", "lab09-test-weights"},
+    "clip-local": {"lab09-test-weights"},
+    # every test but the memory test's count (see the module docstring); before the judge: 13/13
+    "tamper": {"lab09-test-bounds", "lab09-test-grad", "lab09-test-gather", "lab09-test-clip",
+               "lab09-test-weights"},
 }
 
 
