@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import _thread
 import signal
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -375,3 +377,19 @@ def test_twenty_concurrent_launches(tmp_path):
         for r in (0, 1):
             assert f"rank {r} sum 3" in result.lines(r)
         assert_no_orphans(d)
+
+
+def test_a_reaped_root_whose_pid_was_reused_is_left_alone():
+    """kill_launch at the end of every launch and grading run: a root already reaped names a free
+    PID, on a busy machine soon another process's (PIDs wrap at pid_max, 32768 here). A grader's
+    kernel died so in a CI run beside twenty launches. That process must not be killed."""
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()  # reaped: its PID is free
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        done.pid = bystander.pid  # what PID reuse does: the old root's number now names a stranger
+        launch_module.kill_launch("no-such-launch", [done], grace=1.0)
+        assert bystander.poll() is None, "kill_launch killed a process that only reused a root's PID"
+    finally:
+        bystander.kill()
+        bystander.wait()

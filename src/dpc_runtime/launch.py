@@ -629,9 +629,16 @@ def _signal_launch(launch_id: str, sig: signal.Signals) -> None:
 
 def kill_launch(launch_id: str, roots: Sequence[subprocess.Popen[Any]] = (),
                 grace: float = 3.0) -> None:
-    """Terminate, then kill, every process of a launch: its roots, their descendants, marked ones."""
+    """Terminate, then kill, every process of a launch: its roots, their descendants, marked ones.
+
+    A root that has been reaped (its returncode known) is skipped: its PID is free, and on a busy
+    machine soon another process's (PIDs wrap at pid_max), whose tree must not be killed; its
+    descendants carry the launch's marker (a sandbox that clears the environment ends its own with
+    its PID namespace and cgroup). A root not yet reaped keeps its PID, even dead."""
     procs: dict[int, psutil.Process] = {p.pid: p for p in _marked(launch_id)}
     for root in roots:
+        if root.returncode is not None:
+            continue
         try:
             proc = psutil.Process(root.pid)
             procs[proc.pid] = proc
