@@ -110,17 +110,6 @@ def test_checked_cells_have_recorded_outputs(rel):
                 f"{rel}: a cell tagged {CHECKED} has no recorded output: run the notebook and save")
 
 
-@pytest.mark.parametrize("rel", NOTEBOOKS)
-def test_what_students_read_holds_no_test_machinery(rel):
-    """nbval's markers are cell tags, make solutions' key numbers cell metadata, not code (issue 21);
-    a lab's record(...) calls are its graded tests, which students do read."""
-    for i, c in enumerate(cells(rel)):
-        if c["cell_type"] == "code":
-            assert "NBVAL_" not in source(c), f"{rel} cell {i}: an nbval comment marker: tag the cell {CHECKED}"
-            assert not (rel.startswith("course/") and re.search(r"\brecord\(", source(c))), (
-                f"{rel} cell {i}: record(...): name the printed value in the cell's metadata "
-                "(dpc_maintainer.solutions.METRICS) instead")
-
 
 TEMPLATE = ("Overview", "Parameters", "Setup", "<numbered sections>", "What to take away", "Exercises",
             "Next steps")

@@ -67,7 +67,7 @@ def measure(nb: dict) -> Rhythm:
                 scripts.append(len(lines) - 1)
             else:
                 code_lines.append(len(lines))
-                machinery += text.count("NBVAL_CHECK_OUTPUT") + len(re.findall(r"^\s*record\(", text, re.M))
+                machinery += text.count("NBVAL_CHECK_OUTPUT") + len(re.findall(r"\brecord\(", text))
         previous = cell["cell_type"]
     return Rhythm(code_median=statistics.median(code_lines) if code_lines else 0.0,
                   code_p90=round(_p90(code_lines), 1), code_max=max(code_lines, default=0),
