@@ -67,7 +67,7 @@ def worker(variant: str, steps: int, batch: int) -> None:
         dist.barrier()
         t0 = time.monotonic()
         step()
-        took = torch.tensor([time.monotonic() - t0], dtype=torch.float64)
+        took = torch.tensor([time.monotonic() - t0], dtype=torch.float64, device="cpu")  # CPU ranks
         dist.all_reduce(took, op=dist.ReduceOp.MAX)
         if i >= 2:
             times.append(float(took))

@@ -59,7 +59,7 @@ def worker(steps: int, batch: int, warmup: int, local: bool = False) -> None:
     start = time.perf_counter()
     for _ in range(steps):
         step()
-    seconds = torch.tensor([time.perf_counter() - start])
+    seconds = torch.tensor([time.perf_counter() - start], device="cpu")  # a CPU benchmark
     dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
     if rank == 0:
         report(samples_per_s=world * batch * steps / seconds.item())

@@ -41,14 +41,14 @@ def worker(mbit: float, sizes: list[int], repeat: int) -> None:
     for nbytes in sizes:
         times = []
         for i in range(repeat + 1):  # the first call warms up
-            buf = torch.ones(nbytes // 4)
+            buf = torch.ones(nbytes // 4, device="cpu")  # gloo over the loopback: CPU tensors
             dist.barrier()
             t0 = time.monotonic()
             if shaped:
                 dist.all_reduce(buf)  # gloo's own collective, over the rate-limited loopback
             else:
                 ring_allreduce(buf, dialled)  # helpers.link's ring, each message delayed as the link would
-            took = torch.tensor([time.monotonic() - t0], dtype=torch.float64)
+            took = torch.tensor([time.monotonic() - t0], dtype=torch.float64, device="cpu")
             dist.all_reduce(took, op=dist.ReduceOp.MAX)
             assert buf[0].item() == me.world_size
             times.append(took.item())

@@ -202,3 +202,36 @@ def test_numpy_integers_are_whole_numbers(capsys):
 
     plan = helpers.torch_plan(np.int64(2))
     assert (plan.nprocs, type(plan.nprocs)) == (2, int)
+
+
+# The tiers of chapter 0 on a machine with GPUs, seen from this CPU machine: torch_gpus is the one
+# place torch_plan counts GPUs, so a machine that reports GPUs is a patched torch_gpus.
+@pytest.mark.parametrize("gpus, n, devices, want", [
+    (1, 1, "auto", TorchPlan(1, "nccl", "cuda")),
+    (1, 2, "auto", TorchPlan(2, "gloo", "cpu")),  # fewer GPUs than ranks: the CPU, GPU hidden
+    (1, 2, "gpu", TorchPlan(2, "gloo", "cuda")),  # or the ranks share the GPU over gloo
+    (2, 2, "auto", TorchPlan(2, "nccl", "cuda")),
+    (2, 2, "cpu", TorchPlan(2, "gloo", "cpu")),
+    (0, 2, "auto", TorchPlan(2, "gloo", "cpu")),
+])
+def test_torch_plan_tiers(monkeypatch, gpus, n, devices, want):
+    monkeypatch.setattr(helpers.devices, "torch_gpus", lambda: ["NVIDIA H100"] * gpus)
+    assert helpers.torch_plan(n, devices=devices, verbose=False) == want
+
+
+def test_torch_plan_says_why_one_gpu_is_not_used(monkeypatch, capsys):
+    monkeypatch.setattr(helpers.devices, "torch_gpus", lambda: ["NVIDIA H100"])
+    helpers.torch_plan(2)
+    line = capsys.readouterr().out.strip()
+    assert "no GPU used: 1 GPU(s) for 2 ranks: NCCL needs one GPU per rank" in line
+    assert "devices='gpu' shares it over gloo" in line
+    helpers.torch_plan(2, devices="gpu")
+    assert "2 rank(s) on the GPU with backend gloo (2 ranks share 1 GPU(s) over gloo: NCCL refuses " \
+        "two ranks on one GPU" in capsys.readouterr().out
+
+
+def test_torch_plan_gpu_without_gpu_says_so():
+    with pytest.raises(DeviceError, match="devices='gpu' but this machine has no GPU"):
+        helpers.torch_plan(2, devices="gpu")
+    with pytest.raises(DeviceError, match="devices='tpu': use one of 'auto', 'cpu', 'gpu'"):
+        helpers.torch_plan(2, devices="tpu")

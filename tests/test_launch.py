@@ -393,3 +393,38 @@ def test_a_reaped_root_whose_pid_was_reused_is_left_alone():
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_ranks_planned_for_the_cpu_never_see_a_gpu(tmp_path, monkeypatch, capsys):
+    # Issue 34: on a GPU machine, torch's PowerSGD hook called torch.cuda.synchronize with the CPU
+    # ranks' device because CUDA was available. A machine with 1 GPU and 2 ranks (a patched count):
+    # the ranks run on the CPU, the GPU hidden from them, and the launch says so once.
+    monkeypatch.setattr(launch_module, "visible_gpus", lambda environ=None: 1)
+    monkeypatch.setattr(launch_module, "_said", set())
+    result = helpers.launch(RANKS, 2, args=["env"], timeout=120, env={"DPC_TEST_PIDDIR": str(tmp_path)})
+    for r in (0, 1):
+        assert result.report(r) == {"cuda_visible": "", "rank_device": "cpu", "device": "cpu", "cuda": False}
+    said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[launch]")]
+    assert said == ["[launch] 2 rank(s): gloo on cpu (1 GPU(s) for 2 ranks: NCCL needs one GPU per rank, "
+                    "so the GPU is hidden from the ranks (devices='gpu' shares it over gloo))"]
+    assert_no_orphans(tmp_path)
+
+
+def test_ranks_sharing_a_gpu_are_told_so(tmp_path, monkeypatch):
+    # devices='gpu' on the same machine: the GPU stays visible and start() is told to use it (on this
+    # CPU machine torch finds no GPU, so start() keeps the rank on the CPU).
+    monkeypatch.setattr(launch_module, "visible_gpus", lambda environ=None: 1)
+    result = helpers.launch(RANKS, 2, args=["env"], timeout=120, echo=False, devices="gpu",
+                            env={"DPC_TEST_PIDDIR": str(tmp_path), "CUDA_VISIBLE_DEVICES": "0"})
+    assert result.report(1)["rank_device"] == "cuda"
+    assert result.report(1)["cuda_visible"] == "0"
+
+
+def test_visible_gpus_reads_the_mask(monkeypatch, tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 (UUID: a)'\necho 'GPU 1: NVIDIA H100 (UUID: b)'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    assert launch_module.visible_gpus({}) == 2
+    assert launch_module.visible_gpus({"CUDA_VISIBLE_DEVICES": "1"}) == 1
+    assert launch_module.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == 0

@@ -3,12 +3,26 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
-from dpc_runtime.worker import DONE, RESULT, START, Worker, backend_for, parse_line, place, stuck_at
+from dpc_runtime.worker import (
+    DONE,
+    RESULT,
+    START,
+    Placement,
+    Worker,
+    backend_for,
+    check_torch,
+    collective_names,
+    parse_line,
+    place,
+    placement,
+    stuck_at,
+)
 
 
 def test_place_reads_torchrun_first():
@@ -199,3 +213,45 @@ def test_every_distributed_script_of_the_course_uses_the_protocol():
         assert "from helpers.worker import" in text and "finish(" in text, f"{p}: use helpers.worker"
     for p in scripts:
         assert 'print("RESULT' not in p.read_text(), f"{p}: report results with helpers.worker.report"
+
+
+@pytest.mark.parametrize("nprocs, gpus, devices, backend, device", [
+    (2, 0, "auto", "gloo", "cpu"), (2, 1, "auto", "gloo", "cpu"), (2, 1, "gpu", "gloo", "cuda"),
+    (1, 1, "auto", "nccl", "cuda"), (4, 4, "gpu", "nccl", "cuda"), (4, 4, "cpu", "gloo", "cpu"),
+])
+def test_placement_is_the_one_rule_of_the_tiers(nprocs, gpus, devices, backend, device):
+    got = placement(nprocs, gpus, devices)
+    assert (got.backend, got.device_type) == (backend, device)
+    assert got.backend == backend_for(nprocs, gpus) or devices == "cpu"  # start() agrees with it
+
+
+def test_placement_refuses_what_cannot_be():
+    with pytest.raises(ValueError, match="devices='gpu' but this machine has no GPU"):
+        placement(2, 0, "gpu")
+    with pytest.raises(ValueError, match="devices='any': use one of"):
+        placement(2, 0, "any")
+    assert isinstance(placement(1, 0), Placement)
+
+
+def test_an_older_torch_gets_the_new_collective_names():
+    # torch 2.11 (the first GPU machine's) has no reduce_scatter_single: chapter 9 failed at its first launch.
+    import types
+
+    def reduce_scatter_tensor(output, input): ...
+    def all_gather_into_tensor(output, input): ...
+    old = types.SimpleNamespace(reduce_scatter_tensor=reduce_scatter_tensor,
+                                all_gather_into_tensor=all_gather_into_tensor)
+    collective_names(old)
+    assert old.reduce_scatter_single is reduce_scatter_tensor
+    assert old.all_gather_single is all_gather_into_tensor
+
+
+@pytest.mark.parametrize("version, ok", [("2.13.0+cpu", True), ("2.6.0", True), ("2.11.0+cu130", True),
+                                         ("2.5.1+cu121", False), ("1.13.1", False)])
+def test_the_minimum_torch_is_checked_in_one_line(version, ok):
+    if ok:
+        check_torch(version)
+    else:
+        with pytest.raises(RuntimeError, match=rf"^torch {re.escape(version)} is older than the course needs "
+                                               r"\(2\.6: FSDP2's fully_shard, chapter 9\): pip install 'torch>=2\.6'$"):
+            check_torch(version)

@@ -145,10 +145,10 @@ def bench() -> None:
                 step(name, xb, yb)
                 times["input"].append(t1 - t0)
                 times[name].append(time.perf_counter() - t0)
-    med = torch.tensor([statistics.median(times[k]) for k in times], dtype=torch.float64)
+    med = torch.tensor([statistics.median(times[k]) for k in times], dtype=torch.float64, device=device)
     dist.all_reduce(med, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
     if rank == 0:
-        result = {k: float(v) for k, v in zip(times, med)}
+        result = dict(zip(times, med.tolist()))
         result.update(world=world, batch_per_rank=args.batch, gradient_mb=round(grad_mb, 2))
         report(**result)
 

@@ -33,7 +33,7 @@ from typing import Any
 import psutil
 
 from .quiet import harmless
-from .worker import DONE, PROTOCOL_DIR, RESULT, START, Frame, parse_line, stuck_at
+from .worker import DONE, PROTOCOL_DIR, RANK_DEVICE, RESULT, START, Frame, Placement, parse_line, placement, stuck_at
 
 LAUNCHERS = ("torchrun", "horovodrun", "tf")
 MARKER = "DPC_LAUNCH_ID"  # put in every launched process's environment, to find them all again
@@ -147,12 +147,14 @@ def worker_script(script: str | os.PathLike[str]) -> str:
 def launch(script: str | os.PathLike[str], nprocs: int = 2, *, launcher: str = "torchrun",
            args: Sequence[str] = (), timeout: float = 120.0, idle_timeout: float | None = None,
            env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
-           echo: bool = True) -> LaunchResult:
+           echo: bool = True, devices: str = "auto") -> LaunchResult:
     """Run script on nprocs processes with launcher; stream `[rank N]` output; raise LaunchError.
 
     timeout: seconds the whole launch may take; idle_timeout: seconds without a line from any rank,
     counted once every rank has called helpers.worker.start(), after which the launch is hung
-    (chapter 10: a hang is told apart from a slow start-up on a loaded machine).
+    (chapter 10: a hang is told apart from a slow start-up on a loaded machine); devices: 'auto'
+    (one GPU per rank, else the CPU with the GPUs hidden), 'cpu', or 'gpu' (ranks share the GPUs
+    over gloo), see dpc_runtime.worker.placement.
     """
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher={launcher!r}: use one of {LAUNCHERS}")
@@ -160,7 +162,7 @@ def launch(script: str | os.PathLike[str], nprocs: int = 2, *, launcher: str = "
         raise ValueError(f"nprocs={nprocs!r}: ask for at least 1 process")
     commands = _commands(launcher, worker_script(script), nprocs, args, sys.executable)
     return run_processes(commands, launcher, nprocs, timeout=timeout, idle_timeout=idle_timeout,
-                         env=env, cwd=cwd, echo=echo)
+                         env=env, cwd=cwd, echo=echo, devices=devices)
 
 
 def quiet_env(nprocs: int) -> dict[str, str]:
@@ -170,22 +172,59 @@ def quiet_env(nprocs: int) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(max(1, cores // max(1, nprocs))), "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
+def visible_gpus(environ: Mapping[str, str] | None = None) -> int:
+    """How many NVIDIA GPUs this machine's processes can see (nvidia-smi and CUDA_VISIBLE_DEVICES;
+    no framework imported): 0 without a driver."""
+    environ = os.environ if environ is None else environ
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return 0
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    count = sum(1 for line in listed.splitlines() if line.startswith("GPU "))
+    mask = environ.get("CUDA_VISIBLE_DEVICES")
+    if mask is not None:
+        count = min(count, len([d for d in mask.split(",") if d.strip() and not d.strip().startswith("-")]))
+    return count
+
+
+_said: set[str] = set()  # the placement lines this process has printed (each once)
+
+
+def placement_env(nprocs: int, gpus: int, devices: str = "auto") -> tuple[Placement, dict[str, str]]:
+    """The placement of nprocs ranks on this machine and the environment that enforces it: ranks
+    planned for the CPU see no GPU (CUDA_VISIBLE_DEVICES='', which hides them from torch and
+    TensorFlow alike), ranks sharing GPUs are told so (DPC_RANK_DEVICE, read by worker.start)."""
+    plan = placement(nprocs, gpus, devices)
+    if plan.device_type == "cpu":
+        return plan, {"CUDA_VISIBLE_DEVICES": "", RANK_DEVICE: "cpu"}
+    return plan, {RANK_DEVICE: "cuda"}
+
+
 def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeout: float,
                   idle_timeout: float | None = None, env: Mapping[str, str] | None = None,
                   cwd: str | os.PathLike[str] | None = None, echo: bool = True,
-                  stop_on_failure: bool | None = None) -> LaunchResult:
+                  stop_on_failure: bool | None = None, devices: str = "auto") -> LaunchResult:
     """Start the launch's processes, stream their output, judge the outcome; never leave one behind.
 
     kind ('torchrun', 'horovodrun' or 'tf') says how ranks are named in the output;
     idle_timeout: as in launch(); stop_on_failure: give up as soon as one process fails (default:
-    for plain processes only, since torchrun and horovodrun stop their own workers).
+    for plain processes only, since torchrun and horovodrun stop their own workers); devices: as in
+    launch() (where there are GPUs, the one line that says where the ranks run is printed once).
     """
     if idle_timeout is not None and not idle_timeout > 0:
         raise ValueError(f"idle_timeout={idle_timeout!r}: give a number of seconds above 0, or None")
+    plan, placed = placement_env(nprocs, visible_gpus({**os.environ, **(env or {})}), devices)
     launch_id = uuid.uuid4().hex
     protocol = tempfile.mkdtemp(prefix="dpc-launch-")  # the workers' protocol lines (helpers.worker)
-    base_env = {**quiet_env(nprocs), **os.environ, **(env or {}), MARKER: launch_id,
+    base_env = {**quiet_env(nprocs), **os.environ, **placed, **(env or {}), MARKER: launch_id,
                 "PYTHONUNBUFFERED": "1", PROTOCOL_DIR: protocol}
+    where = f"{nprocs} rank(s): {plan.backend} on {plan.device_type} ({plan.why})"
+    if echo and plan.why != "no GPU" and where not in _said:
+        _said.add(where)
+        print(f"[launch] {where}", flush=True)
     procs: list[tuple[int | None, subprocess.Popen[bytes]]] = []
     stream = _Stream(kind, nprocs, echo, Path(protocol))
     start = time.monotonic()
@@ -489,13 +528,23 @@ class _Stream:
             [r for r in range(self.nprocs) if r not in self.done]
         when = (f"hung: no rank printed a line for {idle:.0f} s after all {self.nprocs} had started"
                 if idle is not None else f"timed out after {timeout:.0f} s")
+        # A rank that never said it started is a start-up problem, whatever the others were doing:
+        # those still inside start() (importing torch, busy only on a loaded machine, or waiting for
+        # the rest at the rendezvous) are not the culprits of a rank that never reached start().
+        # (Seen under load: rank 0, still importing torch inside start() when the timeout came,
+        # dumped a 'busy' stack and was blamed for rank 1, which had never called start().)
+        unstarted = [r for r in hung if r not in self.started]
+        if unstarted:
+            absent = [r for r in unstarted if r not in self.stacks]  # never reached start()
+            culprits = absent or unstarted
+            victims = [r for r in hung if r not in culprits]
+            why = (f"{_ranks_text(culprits)} had not started yet (still starting Python and importing, "
+                   "or meeting the others at start-up: a loaded machine, or a timeout too short)")
+            return self.error(f"{when}; still running: {_ranks_text(hung)}; {why}", culprits, victims)
         busy = [r for r in hung if (w := self._where(r)) is not None and not w[0]]
         if not busy:
-            starting = [r for r in hung if self._never_started(r)]
-            why = (f"; {_ranks_text(starting)} had not started yet (still starting Python and "
-                   "importing, or meeting the others at start-up: a loaded machine, or a timeout too "
-                   "short)" if starting else " (a hang: a collective waiting for a peer?)")
-            return self.error(f"{when}; still running: {_ranks_text(hung)}{why}", hung)
+            return self.error(f"{when}; still running: {_ranks_text(hung)} (a hang: a collective "
+                              "waiting for a peer?)", hung)
         waiting = [r for r in hung if r not in busy]
         what = (f"{when}: {_ranks_text(busy)} never reached the "
                 "communication " + (f"{_ranks_text(waiting)} waited for" if waiting else "of the job"))

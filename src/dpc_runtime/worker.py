@@ -41,9 +41,16 @@ from typing import IO, Any, NoReturn
 START, RESULT, DONE = "DPC-START", "DPC-RESULT", "DPC-DONE"
 TAGS = (START, RESULT, DONE)
 PROTOCOL_DIR = "DPC_PROTOCOL_DIR"  # set by helpers.launch: its folder for protocol records and stack dumps
+RANK_DEVICE = "DPC_RANK_DEVICE"  # set by helpers.launch: 'cuda' puts gloo ranks on the GPU(s) they share
+DEVICES = ("auto", "cpu", "gpu")  # where a launch's ranks may run (placement())
+# The oldest torch the course runs on: FSDP2's public `torch.distributed.fsdp.fully_shard` (chapter 9).
+TORCH_MIN = (2, 6)
+# torch 2.13's names for the two tensor collectives of ZeRO and FSDP, and the names every torch since
+# 1.13 has (2.13 deprecates those): start() gives an older torch the new names (chapter 9).
+NEW_NAMES = {"reduce_scatter_single": "reduce_scatter_tensor", "all_gather_single": "all_gather_into_tensor"}
 
-__all__ = ["DONE", "PROTOCOL_DIR", "RESULT", "START", "TAGS", "Frame", "Worker", "backend_for", "finish",
-           "parse_line", "place", "report", "slurm_first_host", "slurm_place", "slurm_tasks_per_node",
+__all__ = ["DEVICES", "DONE", "NEW_NAMES", "TORCH_MIN", "check_torch", "collective_names", "PROTOCOL_DIR", "RANK_DEVICE", "RESULT", "START", "TAGS", "Frame", "Placement",
+           "Worker", "backend_for", "finish", "parse_line", "placement", "place", "report", "slurm_first_host", "slurm_place", "slurm_tasks_per_node",
            "start", "stuck_at", "where_now"]
 
 Frame = tuple[str, int, str]  # (file, line, function) of a Python stack frame
@@ -169,6 +176,58 @@ def backend_for(local_world_size: int, gpus: int) -> str:
     return "nccl" if gpus >= max(1, local_world_size) else "gloo"
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a launch's ranks run: backend, device type ('cpu' or 'cuda') and why, in words (chapter 0)."""
+
+    backend: str
+    device_type: str
+    why: str
+
+
+def placement(nprocs: int, gpus: int, devices: str = "auto") -> Placement:
+    """The course's one rule for nprocs ranks on a machine with gpus GPUs (chapter 0's tiers).
+
+    One GPU per rank: NCCL. No GPU: gloo on the CPU. Fewer GPUs than ranks: gloo on the CPU with the
+    GPUs hidden from the ranks (devices='auto': library code that uses CUDA whenever it is
+    available cannot reach it), or gloo on the shared GPU(s) (devices='gpu': NCCL refuses two ranks
+    on one GPU; gloo moves CUDA tensors for collectives, not for point-to-point send/recv).
+    """
+    if devices not in DEVICES:
+        raise ValueError(f"devices={devices!r}: use one of {DEVICES}")
+    if devices == "cpu":
+        return Placement("gloo", "cpu", "devices='cpu': the GPUs are hidden from the ranks" if gpus
+                         else "no GPU")
+    if gpus >= max(1, nprocs):
+        return Placement("nccl", "cuda", "one GPU per rank")
+    if devices == "gpu":
+        if not gpus:
+            raise ValueError(f"devices='gpu' but this machine has no GPU: use devices='auto' to run "
+                             f"the {nprocs} ranks on the CPU")
+        return Placement("gloo", "cuda", f"{nprocs} ranks share {gpus} GPU(s) over gloo: NCCL refuses "
+                         "two ranks on one GPU; point-to-point send/recv stays on CPU tensors")
+    if not gpus:
+        return Placement("gloo", "cpu", "no GPU")
+    return Placement("gloo", "cpu", f"{gpus} GPU(s) for {nprocs} ranks: NCCL needs one GPU per rank, so "
+                     "the GPU is hidden from the ranks (devices='gpu' shares it over gloo)")
+
+
+def check_torch(version: str) -> None:
+    """Raise one clear line if this torch is older than the course's TORCH_MIN (chapter 9)."""
+    found = tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:2])
+    if found < TORCH_MIN:
+        need = ".".join(map(str, TORCH_MIN))
+        raise RuntimeError(f"torch {version} is older than the course needs ({need}: FSDP2's "
+                           f"fully_shard, chapter 9): pip install 'torch>={need}'")
+
+
+def collective_names(dist: Any) -> None:
+    """Give an older torch.distributed torch 2.13's names of reduce-scatter and all-gather (chapter 9)."""
+    for new, old in NEW_NAMES.items():
+        if not hasattr(dist, new):
+            setattr(dist, new, getattr(dist, old))
+
+
 _me: Worker | None = None
 _stack_file: IO[str] | None = None  # where faulthandler writes this rank's stacks (kept open)
 
@@ -208,13 +267,19 @@ def start(backend: str | None = "auto", *, timeout: float = 300.0,
         import torch
         import torch.distributed as dist
 
+        check_torch(torch.__version__)
+        collective_names(dist)
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         chosen = backend_for(me.local_world_size, gpus) if backend == "auto" else backend
         if chosen not in ("gloo", "nccl"):
             raise ValueError(f"backend={backend!r}: use 'auto', 'gloo', 'nccl' or None")
-        device = f"cuda:{me.local_rank}" if chosen == "nccl" else "cpu"
+        device = "cpu"
         if chosen == "nccl":
-            torch.cuda.set_device(me.local_rank)  # before init: NCCL and .cuda() use this GPU
+            device = f"cuda:{me.local_rank}"
+        elif gpus and env.get(RANK_DEVICE) == "cuda":  # helpers.launch(devices='gpu'): ranks share GPUs
+            device = f"cuda:{me.local_rank % gpus}"
+        if device != "cpu":
+            torch.cuda.set_device(device)  # before init: NCCL and .cuda() use this GPU
         if me.distributed and not dist.is_initialized():
             if me.source == "slurm":  # torchrun sets these itself; under srun the batch script does
                 os.environ.setdefault("MASTER_ADDR", me.master_addr or "127.0.0.1")

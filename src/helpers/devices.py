@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpc_runtime.quiet import import_tensorflow
-from dpc_runtime.worker import backend_for
+from dpc_runtime.worker import DEVICES, placement
 
 # Simulated devices are for learning, not speed: past this many, a 2-core laptop spends its time
 # switching between them and the lesson drowns in overhead.
@@ -143,36 +143,48 @@ class TorchPlan:
     nprocs: int
     backend: str
     device_type: str
+    why: str = field(default="", compare=False)  # in words, e.g. '1 GPU(s) for 2 ranks: ...'
 
     def line(self) -> str:
-        """One readable line describing the plan."""
+        """One readable line describing the plan: what runs where, and why."""
         if self.backend == "nccl":
             return f"torch: {self.nprocs} rank(s), one per GPU, backend nccl"
-        return (f"torch: {self.nprocs} rank(s) on CPU with backend gloo sharing {cpu_cores()} "
-                f"core(s) (no GPU used)")
+        if self.device_type == "cuda":
+            return f"torch: {self.nprocs} rank(s) on the GPU with backend gloo ({self.why})"
+        why = "no GPU used" + (f": {self.why}" if self.why and self.why != "no GPU" else "")
+        return f"torch: {self.nprocs} rank(s) on CPU with backend gloo sharing {cpu_cores()} core(s) ({why})"
 
 
-def torch_plan(n: int, *, backend: str = "auto", verbose: bool = True) -> TorchPlan:
-    """Plan n torch ranks on this machine: one NCCL rank per GPU where there are enough GPUs, else gloo on CPU (chapter 0)."""
+def torch_plan(n: int, *, backend: str = "auto", devices: str = "auto", verbose: bool = True) -> TorchPlan:
+    """Plan n torch ranks here: one NCCL rank per GPU, else gloo on the CPU, or on shared GPUs with devices='gpu' (chapter 0).
+
+    The rule is helpers.launch's (dpc_runtime.worker.placement): a launch with the same n and
+    devices puts its ranks where this plan says.
+    """
     n = _check_count(n, "torch ranks")
     if backend not in ("auto", "gloo", "nccl"):
         raise DeviceError(f"backend={backend!r}: use 'auto', 'gloo' or 'nccl'")
+    if devices not in DEVICES:
+        raise DeviceError(f"devices={devices!r}: use one of {', '.join(map(repr, DEVICES))}")
     gpus = len(torch_gpus())
-    if backend == "auto":
-        backend = backend_for(n, gpus)  # the rule every worker applies (helpers.worker.start)
-    if backend == "nccl":
-        if gpus >= n:
-            plan = TorchPlan(n, "nccl", "cuda")
-            _say(verbose, plan.line())
-            return plan
+    if backend == "nccl" and gpus < n:
         raise DeviceError(
             f"asked for {n} torch ranks but this machine has {gpus} GPU(s), and NCCL needs one "
             f"GPU per rank: ask for at most {gpus} rank(s), or pass backend='gloo' to run "
             f"{n} ranks on the CPU")
-    if n > MAX_SIMULATED:
+    try:
+        where = placement(n, gpus, devices)
+    except ValueError as err:
+        raise DeviceError(str(err)) from None
+    if backend == "nccl" and where.backend != "nccl":
+        raise DeviceError(f"backend='nccl' with devices={devices!r}: NCCL needs one GPU per rank; "
+                          "use devices='auto'")
+    if backend == "gloo" and where.backend == "nccl":  # gloo asked for on one GPU per rank
+        where = placement(n, gpus, "gpu") if devices == "gpu" else placement(n, gpus, "cpu")
+    if where.device_type == "cpu" and n > MAX_SIMULATED:
         raise DeviceError(f"asked for {n} gloo ranks; the course runs at most {MAX_SIMULATED} "
                           f"CPU ranks ({cpu_cores()} cores here): ask for fewer")
-    plan = TorchPlan(n, "gloo", "cpu")
+    plan = TorchPlan(n, where.backend, where.device_type, where.why)
     _say(verbose, plan.line())
     return plan
 

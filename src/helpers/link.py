@@ -78,9 +78,9 @@ def _exchange(out: Any, into_bytes: int, right: int, left: int, link: Link, grou
     import torch
     import torch.distributed as dist
 
-    msg = torch.empty(_HEADER + out.numel() * out.element_size(), dtype=torch.uint8)
+    msg = torch.empty(_HEADER + out.numel() * out.element_size(), dtype=torch.uint8, device="cpu")  # point-to-point: CPU only
     msg[_HEADER:] = out.reshape(-1).view(torch.uint8)
-    got = torch.empty(_HEADER + into_bytes, dtype=torch.uint8)
+    got = torch.empty(_HEADER + into_bytes, dtype=torch.uint8, device="cpu")
     recv = dist.irecv(got, left, group=group, tag=tag)
     msg[:_HEADER] = torch.tensor([time.monotonic()], dtype=torch.float64).view(torch.uint8)
     send = dist.isend(msg, right, group=group, tag=tag)

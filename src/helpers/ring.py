@@ -396,7 +396,7 @@ def measure_allreduce(sizes: Sequence[int], *, repeat: int = 5, warmup: int = 1,
                 dist.barrier()
                 start = time.perf_counter()
                 ops[m](buf)
-                took = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+                took = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device="cpu")
                 dist.all_reduce(took, op=dist.ReduceOp.MAX)
                 if not torch.equal(buf, expected):
                     raise RuntimeError(f"{m} all-reduce of {nbytes} bytes gave a wrong sum")

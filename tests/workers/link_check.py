@@ -34,7 +34,7 @@ for nbytes in sizes:
         dist.barrier()
         t0 = time.monotonic()
         ring_allreduce(buf, link)
-        took = torch.tensor([time.monotonic() - t0], dtype=torch.float64)
+        took = torch.tensor([time.monotonic() - t0], dtype=torch.float64, device="cpu")
         dist.all_reduce(took, op=dist.ReduceOp.MAX)
         assert torch.equal(buf, expected), f"wrong sum at {nbytes} bytes"
         if i:

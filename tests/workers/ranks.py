@@ -6,8 +6,8 @@ before the all-reduce (so the others wait in it); early-exit: the last rank leav
 300 KB (torchrun's --tee cut such lines); late-start: the last rank sleeps
 before start() (so it never says it started); abort-after-done: every rank
 finishes, then the last one aborts (SIGABRT) as gloo's teardown sometimes does; no-protocol-abort:
-the same abort after a plain last line, without the protocol; tf-*: plain processes (no
-torch.distributed).
+the same abort after a plain last line, without the protocol; env: every rank reports what the
+launcher put in its environment; tf-*: plain processes (no torch.distributed).
 """
 import os
 import signal
@@ -51,7 +51,11 @@ if mode == "early-exit" and last:
 if mode == "big-report":
     report(big="x" * 300_000)
     finish()
-t = torch.tensor([float(rank + 1)])
+if mode == "env":  # what the launcher put in this rank's environment, and where start() put it
+    report(cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"), rank_device=os.environ.get("DPC_RANK_DEVICE"),
+           device=me.device, cuda=torch.cuda.is_available())
+    finish()
+t = torch.tensor([float(rank + 1)], device=me.device)
 dist.all_reduce(t)
 print(f"rank {rank} sum {t.item():.0f}")
 report(sum=t.item(), backend=me.backend, device=me.device)
