@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,3 +127,42 @@ def test_two_clusters_at_once_and_nothing_left_after_teardown(tmp_path):
         folders = (a.folder, b.folder)
     assert [p for p in pids if _alive(p)] == []
     assert not any(f.exists() for f in folders)
+
+
+@pytest.mark.timeout(300)
+def test_a_kernel_killed_inside_its_slurm_section_leaves_no_daemon(tmp_path):
+    """Issue 39: chapter 10's cluster outlived a kernel stopped by a cell timeout. A real kernel brings up
+    the cluster as chapter 10 does, submits a job, and is killed (SIGKILL: no finally runs); the
+    guardian (dpc_setup.reaper) then stops every daemon, job step and task of that cluster."""
+    from jupyter_client.manager import start_new_kernel
+
+    from dpc_setup.reaper import marked
+
+    script = tmp_path / "sleep.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=2\nsrun sleep 300\n")
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(ROOT))
+    try:
+        code = (f"from dpc_setup import cluster as slurm_cluster\nimport time\n"
+                f"with slurm_cluster.cluster() as c:\n"
+                f"    job = c.sbatch({str(script)!r})\n"
+                f"    while c.job(job)['JobState'] != 'RUNNING':\n        time.sleep(0.2)\n"
+                f"    print('UP', c.id, c.folder, flush=True)\n    time.sleep(3600)\n")
+        kc.execute(code)
+        cluster_id = folder = ""
+        end = time.monotonic() + 200
+        while not cluster_id and time.monotonic() < end:  # the kernel's printed line is the event
+            msg = kc.get_iopub_msg(timeout=max(1, end - time.monotonic()))
+            if msg["msg_type"] == "stream" and msg["content"]["text"].startswith("UP "):
+                _, cluster_id, folder = msg["content"]["text"].split()
+            assert msg["msg_type"] != "error", msg["content"]
+        assert cluster_id, "the cluster never came up in the kernel"
+        assert marked(tool.MARKER, cluster_id)  # daemons and the job's tasks are running
+    finally:
+        os.kill(km.provisioner.process.pid, signal.SIGKILL)  # the with-block's finally never runs
+        kc.stop_channels()
+        km.cleanup_resources()
+    end = time.monotonic() + 120
+    while (marked(tool.MARKER, cluster_id) or Path(folder).exists()) and time.monotonic() < end:
+        time.sleep(0.2)  # until the guardian has removed it all (bounded)
+    assert marked(tool.MARKER, cluster_id) == []
+    assert not Path(folder).exists()

@@ -40,6 +40,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dpc_setup.reaper import Guard
+
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "DPC_CLUSTER_ID"
 NODES = ("node1", "node2")
@@ -348,6 +350,9 @@ def cluster(keep: bool = False, timeout: float = 60.0) -> Iterator[Cluster]:
     folder = Path(tempfile.mkdtemp(prefix="dpc-slurm-"))
     ctld, node1, node2 = free_ports(3)
     c = Cluster(folder, uuid.uuid4().hex[:12], {"ctld": ctld, "node1": node1, "node2": node2})
+    # If this process is killed (a notebook kernel killed after a cell timeout, a test runner's hard
+    # timeout), the finally below never runs: the guardian then stops every process with the marker.
+    guard = Guard(marker=(MARKER, c.id), folders=[] if keep else [str(folder)])
     try:
         c.up(timeout)
         yield c
@@ -355,6 +360,7 @@ def cluster(keep: bool = False, timeout: float = 60.0) -> Iterator[Cluster]:
         c.down()
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
+        guard.dismiss()
 
 
 # --- `python -m dpc_setup.cluster test`: every batch script of slurm/ on the cluster -----------------

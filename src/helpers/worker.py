@@ -10,6 +10,7 @@ from dpc_runtime.worker import (
                                 backend_for,
                                 finish,
                                 place,
+                                placement,
                                 report,
                                 slurm_first_host,
                                 slurm_place,
@@ -17,5 +18,5 @@ from dpc_runtime.worker import (
                                 start,
 )
 
-__all__ = ["Worker", "backend_for", "finish", "place", "report", "slurm_first_host", "slurm_place",
+__all__ = ["Worker", "backend_for", "finish", "place", "placement", "report", "slurm_first_host", "slurm_place",
            "slurm_tasks_per_node", "start"]
