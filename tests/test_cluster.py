@@ -133,10 +133,10 @@ def test_two_clusters_at_once_and_nothing_left_after_teardown(tmp_path):
 def test_a_kernel_killed_inside_its_slurm_section_leaves_no_daemon(tmp_path):
     """Issue 39: chapter 10's cluster outlived a kernel stopped by a cell timeout. A real kernel brings up
     the cluster as chapter 10 does, submits a job, and is killed (SIGKILL: no finally runs); the
-    guardian (dpc_setup.reaper) then stops every daemon, job step and task of that cluster."""
+    guardian (dpc_runtime.reaper) then stops every daemon, job step and task of that cluster."""
     from jupyter_client.manager import start_new_kernel
 
-    from dpc_setup.reaper import marked
+    from dpc_runtime.reaper import marked
 
     script = tmp_path / "sleep.sbatch"
     script.write_text("#!/bin/bash\n#SBATCH --nodes=2\nsrun sleep 300\n")

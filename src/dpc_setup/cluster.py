@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpc_setup.reaper import Guard
+from dpc_runtime.reaper import Guard
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "DPC_CLUSTER_ID"

@@ -15,7 +15,7 @@ closes; unless the run dismissed it first, the guardian then kills every process
 marker or owned by the run's accounts, deletes the accounts, removes the cgroups and the folders,
 and exits. Everything it did is appended to its log.
 
-    python -m dpc_setup.reaper --plan plan.json   # what Guard starts (reads the pipe on stdin)
+    python -m dpc_runtime.reaper --plan plan.json   # what Guard starts (reads the pipe on stdin)
 """
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ class Guard:
         src = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dpc_setup.reaper", "--plan", str(self.plan_file)],
+            [sys.executable, "-m", "dpc_runtime.reaper", "--plan", str(self.plan_file)],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, env=env, close_fds=True)
         assert self.proc.stdin is not None
@@ -219,7 +219,7 @@ def guardian(plan_file: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dpc_setup.reaper", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m dpc_runtime.reaper", description=__doc__.splitlines()[0])
     ap.add_argument("--plan", type=Path, required=True, help="the run's plan (JSON, rewritten as the run goes)")
     return guardian(ap.parse_args(argv).plan)
 
