@@ -63,9 +63,9 @@ def colleague_file(rel: str) -> None:
         pytest.fail(f"{rel} missing (colleague's work)", pytrace=False)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The release, written by src/dpc_instructor/release.py into a temporary folder (the last word of output)."""
+def build_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The release, written by src/dpc_instructor/release.py into a temporary folder (the last word of
+    output); what the fixture `built` gives, for other test files' fixtures too."""
     out = tmp_path_factory.mktemp("release") / "dp-course-student"
     done = subprocess.run([sys.executable, "-m", "dpc_instructor.release", "--out", str(out),
                            "--allow-missing", "--no-labs-check"],  # labs/ fresh: test_notebook_rules
@@ -73,6 +73,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert done.returncode == 0, done.stdout + done.stderr
     assert Path(done.stdout.strip().splitlines()[-1].split()[-1]) == out.resolve(), done.stdout
     return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The release, written by src/dpc_instructor/release.py into a temporary folder."""
+    return build_release(tmp_path_factory)
 
 
 def test_the_rule_finds_the_answers_and_hidden_tests() -> None:

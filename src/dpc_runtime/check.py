@@ -7,10 +7,11 @@
 The notebook runs top to bottom on a copy (your file is not changed), in a fresh kernel, with the
 grader's per-cell time limits (nbgrader_config.py) and in the grader's sandbox where this machine
 has one (src/dpc_runtime/sandbox.py: no network but loopback, only its own folder writable). Then a table
-lists every test cell: its points, and whether it passed. As the grader does, it judges a test
-cell outside your kernel (dpc_runtime.judge): a cell passes when it raised nothing AND the values it
-recorded match the solution's (`<notebook>.checks.json` beside the lab). The grader also runs hidden
-tests, so full marks here are necessary, not sufficient.
+lists every test cell: its points, whether it passed, and under a failed one its whole message,
+wrapped to the terminal's width and never cut (an assert's hint is at its end). As the grader does,
+it judges a test cell outside your kernel (dpc_runtime.judge): a cell passes when it raised nothing
+AND the values it recorded match the solution's (`<notebook>.checks.json` beside the lab). The
+grader also runs hidden tests, so full marks here are necessary, not sufficient.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import json
 import shutil
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 from dpc_runtime import judge, manifest, sandbox
@@ -87,6 +89,23 @@ def check(notebook: Path, timeout: float) -> list[dict]:
         return json.loads(result.read_text())
 
 
+def table(rows: list[dict], columns: int | None = None) -> list[str]:
+    """The lines of the result table: one per test cell, and under a failed one its whole message,
+    wrapped to the terminal's width (COLUMNS, else the terminal's; 100 when there is none), never cut."""
+    columns = max(40, columns or shutil.get_terminal_size((100, 24)).columns)
+    width = max([len("test cell"), *(len(r["cell"]) for r in rows)])
+    lines = [f"{'test cell':<{width}}  points  result"]
+    for r in rows:
+        lines.append(f"{r['cell']:<{width}}  {r['points'] if r['passed'] else 0:>4g}/{r['points']:<3g} "
+                     f"{'passed' if r['passed'] else 'FAILED'}")
+        if not r["passed"]:
+            for paragraph in (r["why"] or "(no message)").splitlines():
+                lines += textwrap.wrap(paragraph, columns - 1, initial_indent="    ",
+                                       subsequent_indent="    ", break_long_words=False,
+                                       break_on_hyphens=False) or [""]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("lab", type=Path, nargs="?", help="a lab folder or one of its notebooks")
@@ -113,11 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"check: running {nb} top to bottom {where}, with the grader's time limits ...",
               flush=True)
         rows = check(nb.resolve(), a.timeout)
-        width = max(len(r["cell"]) for r in rows)
-        print(f"\n{'test cell':<{width}}  points  result")
-        for r in rows:
-            print(f"{r['cell']:<{width}}  {r['points'] if r['passed'] else 0:>4g}/{r['points']:<3g} "
-                  f"{'passed' if r['passed'] else 'FAILED  ' + r['why'][:100]}")
+        print("\n" + "\n".join(table(rows)))
         got = sum(r["points"] for r in rows if r["passed"])
         total = sum(r["points"] for r in rows)
         bad = sum(not r["passed"] for r in rows)
