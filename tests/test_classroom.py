@@ -9,10 +9,13 @@ ports, cgroups and exchange are its own (a random tag per run), so it runs besid
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,22 +24,31 @@ from dpc_maintainer import classroom
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 3600  # a deadline for the whole run on a loaded machine; it ends on its own events first
+TEARDOWN_S = 900  # after the deadline, SIGTERM: the harness tears down (the hub stops every server) within this
 
 WHY = classroom.unavailable()
 if WHY:
     pytest.skip(f"no classroom here: {WHY}", allow_module_level=True)
 
 
+@pytest.mark.timeout(TIMEOUT_S + TEARDOWN_S + 60)  # the run's own deadline, then its tear-down, come first
 def test_classroom_end_to_end() -> None:
     """The whole class passes every step, and tear-down leaves nothing of it."""
     env = {**os.environ, "CLASSROOM_LAB": classroom.DEFAULT_LAB}
     # Graded with the ci values, as tests/test_grading_05_ring_allreduce.py grades: the session's one
     # reference run of lab 5 (DPC_REFERENCES, same seed) serves both. The release skips its check that
     # labs/ is fresh (130 s of nbgrader here): test_notebook_rules checks that on its own.
-    p = subprocess.run([sys.executable, "-m", "dpc_maintainer.classroom", "--lab", classroom.DEFAULT_LAB,
-                        "--parameters", "ci", "--no-labs-check"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
-    out = p.stdout + p.stderr
+    # Past the deadline the harness gets SIGTERM, never SIGKILL (subprocess.run's timeout kills): it
+    # then tears the class down (issue 39: a killed run left the hub, its servers and the accounts).
+    p = subprocess.Popen([sys.executable, "-m", "dpc_maintainer.classroom", "--lab", classroom.DEFAULT_LAB,
+                          "--parameters", "ci", "--no-labs-check"],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = p.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        p.terminate()
+        out, _ = p.communicate(timeout=TEARDOWN_S)
+        out += f"\n(the run passed its {TIMEOUT_S} s deadline: SIGTERM, torn down)"
     print(out)  # the timeline, in pytest's report of this test
     assert p.returncode == 0, f"classroom failed (exit {p.returncode}):\n{out[-6000:]}"
     assert "classroom: passed" in out
@@ -45,3 +57,69 @@ def test_classroom_end_to_end() -> None:
     assert run_dir is not None
     shots = list(Path(run_dir.group(1), "screens").glob("*.png"))
     assert any("feedback" in s.name for s in shots) and any("refused" in s.name for s in shots), shots
+
+
+def _left_by(tag: str, ports: list[int]) -> list[str]:
+    """What of run <tag> still exists: accounts, processes with its marker, cgroups, open ports."""
+    import pwd
+
+    from dpc_runtime.reaper import marked
+
+    left = [f"account {u.pw_name}" for u in pwd.getpwall() if u.pw_name.endswith(f"-{tag}")
+            and classroom.ACCOUNT.match(u.pw_name)]
+    left += [f"process {pid}" for pid in marked(classroom.RUN_MARKER, tag)]
+    left += [f"cgroup {m / f'dp-course-hub-{tag}'}" for m in classroom.cgroup_roots()
+             if (m / f"dp-course-hub-{tag}").exists()]
+    left += [f"port {p}" for p in ports if classroom.port_open(p)]
+    return left
+
+
+def _interrupted(argv: list[str], stage: re.Pattern[str], how: signal.Signals, target: str) -> tuple[str, str]:
+    """Run the harness (argv), send `how` to it or to its parent (`target`: 'harness' or 'parent') when
+    a line matches stage; wait until nothing of the run is left (bounded); (output, what is left)."""
+    p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    assert p.stdout is not None
+    out, tag, ports = [], "", []
+    for line in p.stdout:  # the harness's own lines are the events
+        out.append(line)
+        if m := re.search(r"logs and screenshots in \S*run-\d+-\d+-([0-9a-f]{4})", line):
+            tag = m.group(1)
+            ports = [int(x) for x in re.findall(r"': (\d+)", line)]
+        if stage.search(line):
+            break
+    else:
+        pytest.fail("the harness ended before the stage:\n" + "".join(out[-40:]))
+    if target == "parent":
+        os.kill(p.pid, how)  # make itself: the harness is its child
+    else:
+        harness = [c for c in __import__("psutil").Process(p.pid).children(recursive=True)
+                   if "dpc_maintainer.classroom" in " ".join(c.cmdline()) and "--browser" not in c.cmdline()]
+        for c in harness or [__import__("psutil").Process(p.pid)]:
+            c.send_signal(how)
+    end = time.monotonic() + 300  # tear-down on a loaded machine: the hub stops its servers
+    while _left_by(tag, ports) and time.monotonic() < end:
+        time.sleep(0.5)
+    rest = p.stdout.read() if p.poll() is not None else ""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        p.wait(timeout=120)
+    return "".join(out) + rest, "; ".join(_left_by(tag, ports))
+
+
+@pytest.mark.timeout(2400)
+def test_a_run_killed_after_the_hub_is_up_leaves_nothing() -> None:
+    """Issue 39: SIGKILL (no handler runs) right after the hub came up; the run's guardian removes it all."""
+    out, left = _interrupted([sys.executable, "-m", "dpc_maintainer.classroom", "--lab", classroom.DEFAULT_LAB,
+                              "--parameters", "ci", "--no-labs-check"],
+                             re.compile(r"JupyterHub and its proxy up: ok"), signal.SIGKILL, "harness")
+    assert not left, f"left: {left}\n{out[-3000:]}"
+
+
+@pytest.mark.timeout(2400)
+def test_make_classroom_test_terminated_during_the_students_run_leaves_nothing() -> None:
+    """Issue 39: `kill -TERM` of `make classroom-test` while the students work: the harness tears down."""
+    out, left = _interrupted(["make", "-s", "classroom-test", f"CLASSROOM_LAB={classroom.DEFAULT_LAB}",
+                              "CLASSROOM_ARGS=--parameters ci --no-labs-check"],
+                             re.compile(r"Run All at once, save \.\.\.$"), signal.SIGTERM, "parent")
+    assert not left, f"left: {left}\n{out[-3000:]}"
+    assert "interrupted" in out

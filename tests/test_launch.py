@@ -416,8 +416,21 @@ def test_ranks_sharing_a_gpu_are_told_so(tmp_path, monkeypatch):
     monkeypatch.setattr(launch_module, "visible_gpus", lambda environ=None: 1)
     result = helpers.launch(RANKS, 2, args=["env"], timeout=120, echo=False, devices="gpu",
                             env={"DPC_TEST_PIDDIR": str(tmp_path), "CUDA_VISIBLE_DEVICES": "0"})
-    assert result.report(1)["rank_device"] == "cuda"
+    assert result.report(1)["rank_device"] == "shared"
     assert result.report(1)["cuda_visible"] == "0"
+
+
+def test_a_rank_that_asks_for_gloo_by_name_never_sees_a_gpu(tmp_path, monkeypatch):
+    # Chapter 11's workers call start("gloo") and keep their tensors on the CPU. On a machine with a GPU
+    # per rank the launcher leaves the GPUs visible (a patched count, and the mask it would keep), so
+    # start() itself hides them before torch touches CUDA: PowerSGD's hook cannot reach a GPU.
+    monkeypatch.setattr(launch_module, "visible_gpus", lambda environ=None: 2)
+    result = helpers.launch(RANKS, 2, args=["env"], timeout=120, echo=False,
+                            env={"DPC_TEST_PIDDIR": str(tmp_path), "CUDA_VISIBLE_DEVICES": "0,1"})
+    for r in (0, 1):
+        assert result.report(r)["rank_device"] == "cuda"  # what the launcher said: one GPU per rank
+        assert result.report(r)["cuda_visible"] == ""  # what start("gloo") made of it
+        assert result.report(r)["device"] == "cpu"
 
 
 def test_visible_gpus_reads_the_mask(monkeypatch, tmp_path):

@@ -200,7 +200,7 @@ def placement_env(nprocs: int, gpus: int, devices: str = "auto") -> tuple[Placem
     plan = placement(nprocs, gpus, devices)
     if plan.device_type == "cpu":
         return plan, {"CUDA_VISIBLE_DEVICES": "", RANK_DEVICE: "cpu"}
-    return plan, {RANK_DEVICE: "cuda"}
+    return plan, {RANK_DEVICE: "cuda" if plan.backend == "nccl" else "shared"}
 
 
 def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeout: float,

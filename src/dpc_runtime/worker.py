@@ -41,7 +41,8 @@ from typing import IO, Any, NoReturn
 START, RESULT, DONE = "DPC-START", "DPC-RESULT", "DPC-DONE"
 TAGS = (START, RESULT, DONE)
 PROTOCOL_DIR = "DPC_PROTOCOL_DIR"  # set by helpers.launch: its folder for protocol records and stack dumps
-RANK_DEVICE = "DPC_RANK_DEVICE"  # set by helpers.launch: 'cuda' puts gloo ranks on the GPU(s) they share
+# Set by helpers.launch: 'cpu' (GPUs hidden), 'cuda' (one GPU per rank), 'shared' (gloo ranks share GPUs).
+RANK_DEVICE = "DPC_RANK_DEVICE"
 DEVICES = ("auto", "cpu", "gpu")  # where a launch's ranks may run (placement())
 # The oldest torch the course runs on: FSDP2's public `torch.distributed.fsdp.fully_shard` (chapter 9).
 TORCH_MIN = (2, 6)
@@ -269,6 +270,10 @@ def start(backend: str | None = "auto", *, timeout: float = 300.0,
 
         check_torch(torch.__version__)
         collective_names(dist)
+        if launched and backend == "gloo" and env.get(RANK_DEVICE) != "shared" and not torch.cuda.is_initialized():
+            # A CPU rank asked for by name (its tensors live on the CPU): library code that uses CUDA
+            # whenever it is available (torch's PowerSGD hook) must not reach a GPU (issue 34).
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         chosen = backend_for(me.local_world_size, gpus) if backend == "auto" else backend
         if chosen not in ("gloo", "nccl"):
@@ -276,7 +281,7 @@ def start(backend: str | None = "auto", *, timeout: float = 300.0,
         device = "cpu"
         if chosen == "nccl":
             device = f"cuda:{me.local_rank}"
-        elif gpus and env.get(RANK_DEVICE) == "cuda":  # helpers.launch(devices='gpu'): ranks share GPUs
+        elif gpus and env.get(RANK_DEVICE) == "shared":  # helpers.launch(devices='gpu'): ranks share GPUs
             device = f"cuda:{me.local_rank % gpus}"
         if device != "cpu":
             torch.cuda.set_device(device)  # before init: NCCL and .cuda() use this GPU
