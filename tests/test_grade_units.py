@@ -1,5 +1,6 @@
 """Units of the grader that need no kernel: restoring tampered cells, scrubbing hidden tests from
-feedback, the default number of jobs, and reading submissions (fast)."""
+feedback, the default number of jobs, reading submissions, what the course keeps of a job, and which
+failures are tried again (fast)."""
 from __future__ import annotations
 
 import copy
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dpc_instructor import grade, gradebook
-from dpc_runtime import notebook
+from dpc_runtime import notebook, sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -242,3 +243,105 @@ def test_a_seed_that_is_no_number_is_one_clear_error(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as stop:
         grade.main([str(tmp_path / "subs"), "--lab", "04-manual-towers", "--course", str(tmp_path / "c")])
     assert str(stop.value.code) == "grade: DPC_GRADE_SEED must be a non-negative integer, not 'abc'"
+
+
+def _gradebook(db: Path, lab: str, student: str | None = None) -> None:
+    """An nbgrader gradebook with lab (one notebook, one test cell of 2 points), and student's
+    submission of it with full marks (a job's gradebook after autograde)."""
+    import warnings
+
+    from nbgrader.api import Gradebook
+
+    with warnings.catch_warnings(), Gradebook(f"sqlite:///{db}") as gb:
+        warnings.simplefilter("ignore")  # SQLAlchemy's SAWarning in add_submission (as Course.record)
+        gb.add_assignment(lab)
+        gb.add_notebook("nb", lab)
+        gb.add_grade_cell("lab99-test", "nb", lab, max_score=2, cell_type="code")
+        if student:
+            gb.add_student(student)
+            gb.add_submission(lab, student)
+            grade = gb.find_grade("lab99-test", "nb", lab, student)
+            grade.auto_score, grade.needs_manual_grade = 2, False
+            gb.db.commit()
+
+
+def test_the_course_keeps_regular_files_of_a_job_and_follows_no_link(tmp_path, monkeypatch):
+    """What the student's code left in its graded folder (the kernel writes there) is copied into
+    the course by root: a relative link into the job's own folder (the reference answers, the job's
+    gradebook with the hidden tests) or a link to a folder elsewhere must not bring anything in."""
+    lab, sid, secret = "99-unit", "ann", "SECRET-8c1f"
+    monkeypatch.setenv("PATH", f"{gradebook.BIN}{os.pathsep}{os.environ['PATH']}")  # nbgrader's alembic
+    course = gradebook.Course(tmp_path / "course")
+    _gradebook(course.root / "gradebook.db", lab)
+    (course.root / "source" / lab).mkdir(parents=True)
+    nb = {"cells": [{"cell_type": "code", "id": "c1", "metadata": {}, "source": "my_answer = 1", "outputs": [],
+                     "execution_count": 1}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (course.root / "source" / lab / "nb.ipynb").write_text(json.dumps(nb))
+    scratch = course.jobs / f"{lab}-{sid}-job"
+    scratch.mkdir()
+    _gradebook(scratch / "gradebook.db", lab, sid)
+    (scratch / "source" / lab).mkdir(parents=True)
+    (scratch / "source" / lab / "nb.ipynb").write_text("### BEGIN SOLUTION\nanswer = 42\n### END SOLUTION\n")
+    elsewhere = tmp_path / "elsewhere"  # a folder the sandbox's user can read, outside the job
+    (elsewhere / "deep").mkdir(parents=True)
+    (elsewhere / "deep" / "notes.txt").write_text(secret)
+    submitted, graded = (scratch / kind / sid / lab for kind in ("submitted", "autograded"))
+    for folder in (submitted, graded):
+        (folder / "data").mkdir(parents=True)
+        (folder / "nb.ipynb").write_text(json.dumps(nb))
+        (folder / "data" / "mine.txt").write_text("my own file")
+    (submitted / "timestamp.txt").write_text("2026-11-20 10:00:00")
+    (graded / "answers.ipynb").symlink_to(f"../../../source/{lab}/nb.ipynb")  # relative, into the job
+    (graded / "data" / "gradebook.db").symlink_to("../../../../gradebook.db")
+    (graded / "elsewhere").symlink_to(elsewhere)
+    os.mkfifo(graded / "pipe")  # never opened (a read of it would block)
+    notes: list[str] = []
+    result = course.record(lab, sid, scratch, "graded", notes, 1.0, "Ann", 7)
+    assert result == (2.0, 2.0, {"lab99-test": 2.0}, [])
+    kept = course.root / "autograded" / sid / lab
+    assert sorted(str(p.relative_to(kept)) for p in kept.rglob("*")) == ["data", "data/mine.txt", "nb.ipynb"]
+    assert (kept / "data" / "mine.txt").read_text() == "my own file"
+    assert sorted(str(p.relative_to(course.root / "submitted")) for p in (course.root / "submitted").rglob("*")) == [
+        "ann", f"ann/{lab}", f"ann/{lab}/data", f"ann/{lab}/data/mine.txt", f"ann/{lab}/nb.ipynb",
+        f"ann/{lab}/timestamp.txt"]
+    outside_job = [p for p in course.root.rglob("*") if "jobs" not in p.relative_to(course.root).parts]
+    assert not [p for p in outside_job if p.is_symlink()]
+    assert [p for p in outside_job if p.name == "gradebook.db"] == [course.root / "gradebook.db"]
+    leaked = [p for p in outside_job if p.is_file() and p.name != "gradebook.db"
+              and ("BEGIN SOLUTION" in p.read_text() or secret in p.read_text())]
+    assert not leaked, leaked
+    link = "is a symbolic link: only regular files and folders are read"
+    line = (f"not kept in the course (only folders and regular files are): autograded/answers.ipynb {link}; "
+            f"autograded/data/gradebook.db {link}; autograded/elsewhere {link}; "
+            f"autograded/pipe is a named pipe, not a regular file")
+    assert notes == [line]
+    assert course.statuses()[sid][lab]["notes"] == [line]
+    pages = course.feedback(tmp_path / "feedback")  # feedback copies and reads the same way
+    assert pages == [tmp_path / "feedback" / sid / lab / "nb.html"]
+    assert (tmp_path / "feedback" / sid / lab / "timestamp.txt").read_text() == "2026-11-20 10:00:00"
+    assert "my_answer" in pages[0].read_text() and secret not in pages[0].read_text()
+
+
+def outcome(code: int, output: str = "", out_of_memory: bool = False, disk_full: bool = False):
+    return sandbox.Outcome(code, output, out_of_memory, disk_full)
+
+
+def test_only_the_grading_machines_failures_are_tried_again():
+    """host_failure: a sandbox or kernel that did not start, or a job killed from outside, is the
+    machine's (tried again); what the submission did (its limits, its errors) is not."""
+    proc = "bwrap: open /proc/9/ns/ns failed: No such file or directory"
+    kernel_log = (f"[AutogradeApp | INFO] Autograding ann/04-manual-towers/manual-towers.ipynb\n{proc}\n"
+                  "[AutogradeApp | ERROR] There was an error processing assignment: ...\nTraceback ...\n"
+                  "RuntimeError: Kernel died before replying to kernel_info\n")
+    assert grade.host_failure(outcome(1, kernel_log)) == f"the kernel did not start ({proc})"
+    assert grade.host_failure(outcome(1, "RuntimeError: Kernel didn't respond in 60 seconds\n")) == (
+        "the kernel did not start (RuntimeError: Kernel didn't respond in 60 seconds)")
+    outer = "bwrap: Can't mount proc on /newroot/proc: Operation not permitted"
+    assert grade.host_failure(outcome(1, f"\n{outer}\n")) == f"its sandbox did not start ({outer})"
+    assert grade.host_failure(outcome(137)) == "the job was killed from outside (SIGKILL), not by a limit"
+    assert grade.host_failure(outcome(-15)) == "the job was killed from outside (SIGTERM), not by a limit"
+    for own in [outcome(0, kernel_log), outcome(-1), outcome(137, out_of_memory=True),
+                outcome(-9, disk_full=True), outcome(153), outcome(-25),
+                outcome(1, "nbclient.exceptions.DeadKernelError: Kernel died\n"),
+                outcome(1, "CellTimeoutError: A cell timed out\n"), outcome(1, f"print('x')\n{proc}\n")]:
+        assert grade.host_failure(own) is None, own

@@ -9,10 +9,13 @@ fake): lab 4 graded end to end with the real grader, two at a time.
 - any name is a student: other scripts, spaces vs '_', case, a leading dash, each graded apart,
   shown as handed in;
 - honest mistakes: a copied answer and test cell (duplicate ids), a locked cell deleted and
-  another dragged elsewhere, are repaired with a note and graded on the answers.
+  another dragged elsewhere, are repaired with a note and graded on the answers;
+- the grading machine's failures are not the student's: a kernel whose sandbox failed to start is
+  tried again in the same run.
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
 from pathlib import Path
@@ -21,6 +24,7 @@ import pytest
 import test_grading_04_manual_towers as lab4
 from gradekit import HOST_FILES, ROOT, grade_all, host_state, lost
 
+from dpc_instructor import grade
 from dpc_runtime import notebook, sandbox
 
 pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None,
@@ -158,3 +162,43 @@ def test_copied_moved_and_deleted_cells_are_repaired_with_a_note(graded):
     assert "re-added the deleted cell lab04-harness" in moved["notes"]
     assert "put the moved cell(s) lab04-imports back in their place" in moved["notes"]
     assert not lost(moved)
+
+
+def test_a_kernel_sandbox_that_fails_to_start_is_tried_again_in_the_same_run(tmp_path, monkeypatch, capsys):
+    """Two students' kernels once never started (their nested bwrap failed: `bwrap: open
+    /proc/9/ns/ns failed`) and were reported "not graded" until regraded by hand. The machine's
+    failure, not theirs: the grader tries again in the same run. Here the kernel's sandbox of the
+    student's first try fails to start the way bwrap does (its own error, exit 1, before the
+    kernel runs); the second try grades the correct answer right, the retry in its notes and in
+    the run's summary."""
+    subs, out = tmp_path / "subs", tmp_path / "grades.csv"
+    (subs / "ann" / LAB).mkdir(parents=True)
+    (subs / "ann" / LAB / NB).write_text(json.dumps(lab4.submission(lab4.CORRECT)))
+    real, failed = sandbox.kernel_spec, []
+
+    def kernel_spec(folder: Path, writable: list[Path], *args, **kwargs) -> Path:
+        spec = real(folder, writable, *args, **kwargs)
+        if writable[0].parent.name == "ann" and not failed:  # ann's first try (not the reference's)
+            kernel = json.loads((spec / "kernel.json").read_text())
+            kernel["argv"][1:1] = ["--ro-bind", str(tmp_path / "not-there"), "/not-there"]
+            (spec / "kernel.json").write_text(json.dumps(kernel))
+            failed.append(folder)
+        return spec
+
+    monkeypatch.setattr(sandbox, "kernel_spec", kernel_spec)
+    assert grade.main([str(subs), "--lab", LAB, "--out", str(out), "--course", str(tmp_path / "course"),
+                       "--cell-timeout", "60", "--notebook-timeout", "400", "--jobs", "1",
+                       "--parameters", "ci"]) == 0
+    printed = capsys.readouterr().out
+    with out.open(encoding="utf-8") as f:
+        row = next(csv.DictReader(f))
+    assert len(failed) == 1
+    assert (row["student"], row["status"], row["score"]) == ("ann", "graded", "14"), row
+    assert row["notes"] == (f"graded again after a failure of the grading machine, not of this submission: "
+                            f"try 1: the kernel did not start (bwrap: Can't find source path "
+                            f"{tmp_path / 'not-there'}: No such file or directory)"), row
+    assert "ann: 14 / 14  graded (" in printed and ", graded again 1x)" in printed, printed
+    assert "; 1 graded again after a failure of the grading machine, 0 not graded;" in printed, printed
+    status = json.loads((tmp_path / "course" / "status.json").read_text())["ann"][LAB]
+    assert status["graded"] and status["notes"] == [row["notes"]]
+    assert not list((tmp_path / "course" / "jobs").iterdir()), "every try's job folder is removed"

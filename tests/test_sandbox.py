@@ -91,6 +91,23 @@ def test_a_detached_process_ends_with_the_sandbox(tmp_path):
     assert not alive, f"outlived its sandbox: {alive}"
 
 
+def test_a_sandbox_that_starts_sandboxes_starts_every_one(tmp_path):
+    """The grader's nbgrader starts each kernel's sandbox from its own (host_proc). A bwrap reads
+    /proc/<its child's pid> with the pid of its own PID namespace: with the host's /proc there (no
+    such pid on the host, or another process's) two students' kernels never started (`bwrap: open
+    /proc/9/ns/ns failed`, and the failed bwrap's child hung on). Its /proc is its own namespace's;
+    the nested sandbox has its own too and does not see the host's."""
+    inner = sandbox.bwrap_argv([PY, "-c", f"import os; print(os.path.exists({sandbox.HOST_PROC!r}))"],
+                               writable=[], nested=True)
+    done = run("import os, subprocess\n"
+               "print(os.readlink('/proc/self') == str(os.getpid()))\n"
+               f"runs = [subprocess.run({inner!r}, capture_output=True, text=True, timeout=20) for _ in range(30)]\n"
+               "print(sum(r.returncode == 0 for r in runs), sorted({r.stdout.strip() for r in runs}))\n"
+               "print([r.stderr.strip() for r in runs if r.returncode][:1])\n", tmp_path, host_proc=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["True", "30 ['False']", "[]"], done.stdout + done.stderr
+
+
 @pytest.mark.skipif(not sandbox.cgroups_work(), reason="cgroups are not writable here")
 def test_memory_limit_kills_and_is_reported(tmp_path):
     limits = sandbox.Limits(memory=256 << 20)

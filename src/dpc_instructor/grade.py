@@ -25,6 +25,13 @@ nbgrader over IPC sockets). Per-cell time limits come from the repository's nbgr
 breaks is repaired (repair: copied cells, lost or edited metadata, moved or deleted locked cells;
 the note column says what was repaired).
 
+A job that fails for the grading machine's reason, not the submission's (its sandbox or its kernel
+did not start, or something outside killed it: host_failure), is run again, up to RETRIES more
+times, in the same run; "not graded" then names that cause, and the run's last line counts the
+students graded again and those not graded. Nothing is copied out of a job (nor into one) but
+folders and regular files (dpc_runtime.sandbox.copy_regular): a link the student's code left in
+its folder is never followed, and the note column says what was left out.
+
 Hidden tests draw their cases from one seed per run (dpc_runtime.judge.rng; --seed, else a new
 one, printed): the reference and every student of a run see the same cases, and no answer can hold
 the values of the next run's.
@@ -45,15 +52,18 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import stat
 import sys
 import threading
 import time
 import unicodedata
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from dpc_instructor import gradebook, nbgrader_hooks  # the course gradebook (runs nbgrader); nbgrader's changes
 from dpc_runtime import judge, manifest, notebook, sandbox
@@ -78,6 +88,7 @@ class Student:
     max_score: float = 0.0
     cells: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    retried: list[str] = field(default_factory=list)  # why each try but the last failed (host_failure)
 
 
 PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.]*(?:-[A-Za-z0-9_.]+)*")
@@ -106,67 +117,6 @@ def shown(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-class Refused(Exception):
-    """Why a submitted path is not read (one line for the student's status)."""
-
-
-def _kind(mode: int) -> str:
-    """What a file of this mode is, in words."""
-    for test, word in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
-                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a device"),
-                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return word
-    return "not a regular file"
-
-
-def read_regular(top: int, parts: list[str], limit: int) -> bytes:
-    """The bytes of the regular file top/parts[0]/..., read without following any link.
-
-    top is an open folder. Every step is opened with O_NOFOLLOW relative to the last; a link, a
-    pipe, a device, a socket, a hard link (a second name of some other file) or a file over limit
-    bytes raises Refused; a missing file raises FileNotFoundError. Nothing else is touched.
-    """
-    where = "/".join(parts)
-    fd = os.dup(top)
-    try:
-        for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | (0 if last else os.O_DIRECTORY)
-            try:
-                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                raise
-            if not last and stat.S_ISREG(st.st_mode):
-                raise FileNotFoundError(where)  # a file where a folder was looked for: not there
-            if stat.S_ISLNK(st.st_mode) or (not last and not stat.S_ISDIR(st.st_mode)):
-                raise Refused(f"{'/'.join(parts[:i + 1])} is {_kind(st.st_mode)}: only regular "
-                              f"files and folders are read")
-            try:
-                nfd = os.open(part, flags, dir_fd=fd)
-            except OSError as err:
-                raise Refused(f"{'/'.join(parts[:i + 1])} cannot be read ({err.strerror})") from None
-            os.close(fd)
-            fd = nfd
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise Refused(f"{where} is {_kind(st.st_mode)}, not a regular file")
-        if st.st_nlink > 1:
-            raise Refused(f"{where} is a hard link (one more name of a file elsewhere): hand in a copy")
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise Refused(f"{where} is over the {limit >> 20} MiB a notebook may have")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def lab_notebooks(lab: str) -> list[str]:
     """Notebook names (without .ipynb) of a lab's source in solutions/."""
     src = ROOT / "solutions" / lab
@@ -182,19 +132,19 @@ def _take(st: Student, top: int, entry: str, lab: str, names: list[str], single:
         options = [[entry]] if single else [[entry, lab, f"{name}.ipynb"], [entry, f"{name}.ipynb"]]
         for parts in options:
             try:
-                st.notebooks[name] = read_regular(top, parts, MAX_NOTEBOOK)
+                st.notebooks[name] = sandbox.read_regular(top, parts, MAX_NOTEBOOK)
                 break
             except FileNotFoundError:
                 continue
     for kept in gradebook.KEPT if not single else ():
         with contextlib.suppress(FileNotFoundError):
-            st.kept[kept] = read_regular(top, [entry, lab, kept], MAX_STAMP)
+            st.kept[kept] = sandbox.read_regular(top, [entry, lab, kept], MAX_STAMP)
 
 
 def find_submissions(folder: Path, lab: str, names: list[str]) -> list[Student]:
     """One Student per entry of folder, with the notebooks read for them (or a status why not).
 
-    Only regular files and folders are read, never through a link (read_regular); what is refused
+    Only regular files and folders are read, never through a link (sandbox.read_regular); what is refused
     becomes that student's status, and nothing of it is read or copied.
     """
     if not folder.is_dir():
@@ -211,9 +161,10 @@ def find_submissions(folder: Path, lab: str, names: list[str]) -> list[Student]:
             st = Student(shown(name), grader_id(name))
             try:
                 if not (single or stat.S_ISDIR(mode)):
-                    raise Refused(f"{entry} is {_kind(mode)}: only regular files and folders are read")
+                    raise sandbox.Refused(f"{entry} is {sandbox.file_kind(mode)}: only regular files "
+                                          f"and folders are read")
                 _take(st, top, entry, lab, names, single)
-            except Refused as why:
+            except sandbox.Refused as why:
                 st.status = f"not graded: {shown(str(why))}"
                 st.notebooks, st.kept = {}, {}
                 students.append(st)
@@ -422,17 +373,77 @@ def grade_one(st: Student, run: Run) -> Student:
 
 
 def _grade_one(st: Student, run: Run) -> Student:
-    """Grade one student in a private course folder and sandbox; add the result to the gradebook."""
+    """Grade one student in a private course folder and sandbox, again when a try fails for the
+    grading machine's reason (host_failure); add the result to the gradebook."""
     if st.status != "graded":
         with run.lock:
             run.course.record(run.lab, st.id, None, st.status, st.notes, 0.0, st.name, run.seed)
         return st
-    lab = run.lab
-    scratch = run.course.jobs / f"{lab}-{st.id}-{uuid.uuid4().hex[:8]}"
-    try:
-        return _grade_in(st, run, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    notebooks = {}
+    for name, data in st.notebooks.items():
+        nb, notes = repair(json.loads(data.decode("utf-8")), run.release[name])
+        st.notes += [f"{name}: {n}" for n in notes]
+        notebooks[name] = nb
+    start = time.monotonic()
+
+    def judged(scratch: Path, done: sandbox.Outcome, host: str | None) -> Student:
+        st.seconds = time.monotonic() - start
+        return _grade_in(st, run, scratch, done, host)
+
+    return _tries(run, st.id, notebooks, st.kept,
+                  lambda scratch: nbgrader_hooks.job_config(reference=scratch / REFERENCE), judged, st.retried)
+
+
+RETRIES = 2  # more tries of a job that failed for the grading machine's reason (host_failure)
+# jupyter_client's words for a kernel that never started (before any cell of the notebook ran)
+KERNEL_NOT_STARTED = ("Kernel died before replying to kernel_info", "Kernel didn't respond in")
+HOST_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT}
+
+
+def host_failure(done: sandbox.Outcome) -> str | None:
+    """Why a job failed for the grading machine's reason, not the submission's (None: it did not).
+
+    Its sandbox did not start (bwrap's own error, before anything ran); a kernel's did not, or its
+    kernel died or stayed silent before any cell ran (jupyter_client's error while starting it);
+    or the job was killed by a signal none of our limits sends (its time limit ends it with -1,
+    its memory, disk and file-size limits are named by the outcome and the exit code). Student
+    code cannot reach the job's processes (its kernel has a PID namespace of its own).
+    """
+    if done.code in (0, -1) or done.out_of_memory or done.disk_full:
+        return None
+    lines = [ln.strip() for ln in done.output.splitlines() if ln.strip()]
+    bwrap = next((ln for ln in lines if ln.startswith("bwrap: ")), None)
+    if lines and lines[0].startswith("bwrap: "):
+        return f"its sandbox did not start ({lines[0]})"
+    kernel = next((ln for ln in lines if any(words in ln for words in KERNEL_NOT_STARTED)), None)
+    if kernel:
+        return f"the kernel did not start ({bwrap or kernel})"
+    number = -done.code if done.code < 0 else done.code - 128 if done.code > 128 else 0
+    if number in HOST_SIGNALS:
+        return f"the job was killed from outside ({signal.Signals(number).name}), not by a limit"
+    return None
+
+
+T = TypeVar("T")
+
+
+def _tries(run: Run, sid: str, notebooks: dict[str, dict], kept: dict[str, bytes],
+           config: Callable[[Path], str], then: Callable[[Path, sandbox.Outcome, str | None], T],
+           retried: list[str]) -> T:
+    """_autograde in a fresh job folder, up to RETRIES more times while a try fails for the
+    grading machine's reason (host_failure; each cause added to retried); then(job folder,
+    outcome, host_failure of it) of the last try, while its folder is still there (removed after)."""
+    for attempt in range(RETRIES + 1):
+        scratch = run.course.jobs / f"{run.lab}-{sid}-{uuid.uuid4().hex[:8]}"
+        try:
+            done = _autograde(run, scratch, sid, notebooks, kept, config(scratch))
+            host = host_failure(done)
+            if host is None or attempt == RETRIES:
+                return then(scratch, done, host)
+            retried.append(host)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    raise AssertionError("unreachable")
 
 
 def _autograde(run: Run, scratch: Path, sid: str, notebooks: dict[str, dict], kept: dict[str, bytes],
@@ -440,7 +451,7 @@ def _autograde(run: Run, scratch: Path, sid: str, notebooks: dict[str, dict], ke
     """Run nbgrader's autograde of these notebooks for student sid in the job folder scratch (a
     copy of the template), sandboxed; `config`: the job's lines for nbgrader_hooks (the judge's)."""
     lab = run.lab
-    shutil.copytree(run.template, scratch)
+    gradebook.say_refused(sandbox.copy_regular(run.template, scratch), "grade: the job's template")
     gradebook.nbgrader_course(scratch, lab, write_source=False)
     with (scratch / "nbgrader_config.py").open("a") as f:
         f.write(config)
@@ -493,12 +504,10 @@ def reference(run: Run) -> None:
     folder = Path(os.environ.get("DPC_REFERENCES") or run.course.root / "references")
     cached = folder / f"{lab}-{key.hexdigest()[:16]}.json"
     if not cached.exists():
-        scratch = run.course.jobs / f"{lab}-reference-{uuid.uuid4().hex[:8]}"
-        try:
+        def keep(scratch: Path, done: sandbox.Outcome, host: str | None) -> None:
             records = scratch / "records.json"
-            done = _autograde(run, scratch, "reference", {n: json.loads(d) for n, d in sources.items()},
-                              {}, nbgrader_hooks.job_config(record_to=records))
-            failed = None if done.code == 0 else why_failed(done.output, done.code, run.limits)
+            failed = (None if done.code == 0 else f"{host} on all {RETRIES + 1} tries" if host
+                      else why_failed(done.output, done.code, run.limits))
             if failed is None:
                 from nbgrader.api import Gradebook
 
@@ -511,25 +520,24 @@ def reference(run: Run) -> None:
                                  f"its own tests: {failed or 'no records'}\n{done.output[-3000:]}")
             cached.parent.mkdir(parents=True, exist_ok=True)
             tmp = cached.with_name(f"{cached.name}.{uuid.uuid4().hex[:6]}")
-            shutil.copyfile(records, tmp)
+            gradebook.say_refused(sandbox.copy_regular(records, tmp), "grade: the reference's records")
             tmp.replace(cached)  # two runs computing it at once: either's whole file
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    shutil.copyfile(cached, run.template / REFERENCE)
+
+        retried: list[str] = []
+        _tries(run, "reference", {n: json.loads(d) for n, d in sources.items()}, {},
+               lambda scratch: nbgrader_hooks.job_config(record_to=scratch / "records.json"), keep, retried)
+        for cause in retried:
+            print(f"grade: the reference of {lab} was graded again: {cause}", file=sys.stderr)
+    gradebook.say_refused(sandbox.copy_regular(cached, run.template / REFERENCE), "grade: the reference's records")
 
 
-def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
-    """Grade st in the job folder scratch (removed by the caller), judged against the reference."""
-    notebooks = {}
-    for name, data in st.notebooks.items():
-        nb, notes = repair(json.loads(data.decode("utf-8")), run.release[name])
-        st.notes += [f"{name}: {n}" for n in notes]
-        notebooks[name] = nb
-    start = time.monotonic()
-    done = _autograde(run, scratch, st.id, notebooks, st.kept,
-                      nbgrader_hooks.job_config(reference=scratch / REFERENCE))
+def _grade_in(st: Student, run: Run, scratch: Path, done: sandbox.Outcome, host: str | None) -> Student:
+    """st's grade from the outcome `done` of the last try in the job folder scratch (removed by the
+    caller), judged against the reference; host: host_failure of that try."""
     code, out = done.code, done.output
-    st.seconds = time.monotonic() - start
+    if st.retried:
+        st.notes.append("graded again after a failure of the grading machine, not of this submission: "
+                        + "; ".join(f"try {i}: {cause}" for i, cause in enumerate(st.retried, 1)))
     if done.disk_full:
         st.status = (f"not graded: wrote more than {run.limits.disk >> 20} MiB of files in all (the "
                      f"limit for one student's files); stopped there")
@@ -542,7 +550,9 @@ def _grade_in(st: Student, run: Run, scratch: Path) -> Student:
         log = run.course.root / "logs" / f"autograde-{run.lab}-{st.id}.log"
         log.parent.mkdir(exist_ok=True)
         log.write_text(out)
-        st.status = f"not graded: {why_failed(out, code, run.limits)} (log: {log})"
+        why = (f"{host}, on all {RETRIES + 1} tries: the grading machine's failure, not the "
+               f"submission's; grade again" if host else why_failed(out, code, run.limits))
+        st.status = f"not graded: {why} (log: {log})"
     with run.lock:
         recorded = run.course.record(run.lab, st.id, scratch if st.status == "graded" else None,
                                      st.status, st.notes, st.seconds, st.name, run.seed)
@@ -629,14 +639,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with ThreadPoolExecutor(jobs) as pool:
             for st in pool.map(lambda s: grade_one(s, run), students):
-                print(f"  {st.name}: {st.score:g} / {st.max_score:g}  {st.status} ({st.seconds:.0f} s)",
+                again = f", graded again {len(st.retried)}x" if st.retried else ""
+                print(f"  {st.name}: {st.score:g} / {st.max_score:g}  {st.status} ({st.seconds:.0f} s{again})",
                       flush=True)
     finally:
         shutil.rmtree(run.template, ignore_errors=True)
     took = time.monotonic() - start
     write_csv(students, a.lab, seed, a.out)
+    retried = sum(bool(st.retried) for st in students)
+    ungraded = sum(st.status.startswith("not graded") for st in students)
     print(f"graded {len(students)} in {took:.0f} s ({60 * len(students) / max(took, 1e-9):.2f} "
-          f"students/min at {jobs} job(s)); grades written to {a.out}")
+          f"students/min at {jobs} job(s)); {retried} graded again after a failure of the grading "
+          f"machine, {ungraded} not graded; grades written to {a.out}")
     return 0
 
 

@@ -7,7 +7,7 @@ The course folder (default build/course; `COURSE=...` with make) is an nbgrader 
     gradebook.db               nbgrader's gradebook (all labs, all students)
     source/<lab>/, release/    the labs as last graded
     submitted/<student>/<lab>/ what each student handed in, as graded last (with KEPT files)
-    autograded/<student>/<lab>/the graded notebooks
+    autograded/<student>/<lab>/the graded notebooks (folders and regular files only: Course.record)
     status.json                per student and lab: how the last grading went (and notes)
     feedback/<student>/<lab>/  `make feedback`'s pages, <notebook>.html (nbgrader's layout)
     names.json                 per grader id: the student's name as handed in (shown in CSVs and feedback)
@@ -55,8 +55,15 @@ def nbgrader_course(folder: Path, lab: str, write_source: bool = True) -> None:
         "c.LimitOutput.max_lines = 1000\n")
     if write_source:
         shutil.rmtree(folder / "source" / lab, ignore_errors=True)
-        shutil.copytree(ROOT / "solutions" / lab, folder / "source" / lab,
-                        ignore=shutil.ignore_patterns("runs", ".ipynb_checkpoints"))
+        say_refused(sandbox.copy_regular(ROOT / "solutions" / lab, folder / "source" / lab,
+                                         ignore=("runs", ".ipynb_checkpoints")), f"solutions/{lab}")
+
+
+def say_refused(refused: list[str], what: str) -> None:
+    """One line on stderr naming what a copy of `what` left out (sandbox.copy_regular), if anything."""
+    if refused:
+        print(f"{what}: not copied (only folders and regular files are): {'; '.join(refused)}",
+              file=sys.stderr)
 
 
 def nbgrader(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int, str]:
@@ -115,6 +122,9 @@ class Course:
         Only this student's submission of this lab is replaced. A run that could not grade them
         (scratch None) records its status and keeps any earlier grade. Returns (score, max score,
         points by test cell, cells needing manual grading), or None when nothing was graded.
+        The job's folders are copied as folders and regular files only (sandbox.copy_regular: no
+        link the student's code left there is followed); what was left out is one line added to
+        notes.
         """
         import warnings
 
@@ -148,11 +158,15 @@ class Course:
                         gb.db.commit()
                         result = self.scores(gb, lab, student)
             if scratch is not None:
+                refused = []
                 for kind in ("submitted", "autograded"):
                     dest = self.root / kind / student / lab
                     shutil.rmtree(dest, ignore_errors=True)
-                    shutil.copytree(scratch / kind / student / lab, dest,
-                                    ignore=shutil.ignore_patterns("runs", "*.pt", "__pycache__"))
+                    refused += [f"{kind}/{line}" for line in sandbox.copy_regular(
+                        scratch / kind / student / lab, dest, ignore=("runs", "*.pt", "__pycache__"))]
+                if refused:
+                    notes.append(f"not kept in the course (only folders and regular files are): "
+                                 f"{'; '.join(refused)}")
             elif earlier and earlier.get("graded"):
                 status = f"{status}; kept the grade of {earlier['graded_at']}"
             entry = {"status": status, "notes": notes, "seconds": round(seconds, 1),
@@ -257,7 +271,6 @@ class Course:
         with Gradebook(self.db_url) as gb:
             for sid, labs in sorted(self.statuses().items()):
                 for lab, st in sorted(labs.items()):
-                    folder = self.root / "autograded" / sid / lab
                     try:
                         sub = gb.find_submission(lab, sid)
                     except MissingEntry:
@@ -265,17 +278,31 @@ class Course:
                     dest = out / sid / lab
                     dest.mkdir(parents=True, exist_ok=True)
                     for kept in KEPT:
-                        handed = self.root / "submitted" / sid / lab / kept
-                        if handed.is_file():
-                            shutil.copyfile(handed, dest / kept)
+                        with contextlib.suppress(FileNotFoundError):
+                            say_refused(sandbox.copy_regular(self.root / "submitted" / sid / lab / kept,
+                                                             dest / kept), f"feedback of {sid}/{lab}")
                     for nb_name in sorted(p.stem for p in (self.root / "source" / lab).glob("*.ipynb")):
                         grades = {g.name: g for nb in (sub.notebooks if sub is not None else [])
                                   if nb.name == nb_name for g in nb.grades}
                         page = dest / f"{nb_name}.html"
-                        page.write_text(feedback_page(names.get(sid, sid), lab, st, sub, grades,
-                                                      folder / f"{nb_name}.ipynb"), encoding="utf-8")
+                        page.write_text(feedback_page(names.get(sid, sid), lab, st, sub, grades, nb_name,
+                                                      self.graded(sid, lab, nb_name)), encoding="utf-8")
                         written.append(page)
         return written
+
+    def graded(self, student: str, lab: str, name: str) -> bytes | None:
+        """The bytes of student's graded notebook `name` of lab in the course, read as a regular file
+        only (sandbox.read_regular); None when there is none (or only something else by that name)."""
+        top = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            return sandbox.read_regular(top, ["autograded", student, lab, f"{name}.ipynb"], sandbox.Limits.file_size)
+        except FileNotFoundError:
+            return None
+        except sandbox.Refused as why:
+            say_refused([str(why)], "feedback")
+            return None
+        finally:
+            os.close(top)
 
 
 def scrub(nb: dict, test_ids: set[str]) -> dict:
@@ -312,9 +339,9 @@ pre { white-space: pre-wrap !important; overflow-wrap: anywhere; }  /* long outp
 TONE = {"passed": "#1a7f37", "failed": "#cf222e", "manual": "#9a6700"}
 
 
-def feedback_page(student: str, lab: str, st: dict, sub, grades: dict, graded: Path) -> str:
-    """The HTML feedback of one student's notebook of a lab: score, the test cells (failed first),
-    then the graded notebook (hidden tests cut)."""
+def feedback_page(student: str, lab: str, st: dict, sub, grades: dict, name: str, graded: bytes | None) -> str:
+    """The HTML feedback of one student's notebook `name` of a lab: score, the test cells (failed
+    first), then the graded notebook (its bytes, when there is one; hidden tests cut)."""
     import nbformat
     from nbconvert import HTMLExporter
 
@@ -332,7 +359,7 @@ def feedback_page(student: str, lab: str, st: dict, sub, grades: dict, graded: P
     tone = TONE["failed" if failed or sub is None else "manual" if any(
         result(g) == "manual" for g in grades.values()) else "passed"]
     total = f"{score:g} / {most:g}" if sub is not None else "not graded"
-    head = (f"<h1>{html.escape(lab)}: {html.escape(graded.stem)}</h1>"
+    head = (f"<h1>{html.escape(lab)}: {html.escape(name)}</h1>"
             f"<div class='summary' style='--tone: {tone}'><span class='score'>{total}</span>"
             f"<span><b>{html.escape(student)}</b><br>{failed} test(s) failed &middot; "
             f"{html.escape(st['status'])}</span></div>"
@@ -340,8 +367,8 @@ def feedback_page(student: str, lab: str, st: dict, sub, grades: dict, graded: P
             + (f"<table class='tests'><tr><th>result</th><th>test</th><th>points</th></tr>{rows}</table>"
                if rows else ""))
     body = ""
-    if graded.is_file():
-        nb = scrub(json.loads(graded.read_text()), set(grades))
+    if graded is not None:
+        nb = scrub(json.loads(graded.decode("utf-8")), set(grades))
         body, _ = HTMLExporter(template_name="basic").from_notebook_node(
             nbformat.reads(json.dumps(nb), as_version=4))
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(lab)}: "

@@ -2,8 +2,8 @@
 
 The sandbox is Debian's `bubblewrap` (`bwrap`, no daemon; apt-get install bubblewrap):
 - its own network namespace: loopback only (the labs' rendezvous ports are private to it);
-- its own PID namespace: when the sandbox ends, every process in it ends with it, even one that
-  left its session or dropped the course's launch marker;
+- its own PID namespace, and its own /proc of it: when the sandbox ends, every process in it ends
+  with it, even one that left its session or dropped the course's launch marker;
 - a file system built from a whitelist: the system folders and the course's `.venv`, `src/` and
   `examples/` read-only, and writable only the folders named by the caller (its scratch);
   `solutions/`, `tests/`, the grader's copy of the source, the gradebook, other students and
@@ -20,14 +20,18 @@ The sandbox is Debian's `bubblewrap` (`bwrap`, no daemon; apt-get install bubble
 
 `src/dpc_instructor/grade.py` runs each student's `nbgrader autograde` in one sandbox and each kernel in a second,
 tighter one (the kernel cannot read nbgrader's database, which holds the hidden tests);
-`src/dpc_runtime/check.py` (a student's self-check) runs the notebook in one.
+`src/dpc_runtime/check.py` (a student's self-check) runs the notebook in one. What sandboxed code
+wrote or a student handed in is read and copied (as root, by the grader) only as folders and
+regular files, never through a link: open_regular, read_regular, copy_regular.
 """
 from __future__ import annotations
 
+import fnmatch
 import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -46,6 +50,8 @@ SYSTEM_READ = ["/usr", "/etc", "/opt", "/var/lib/dpkg/alternatives"]
 SYSTEM_LINKS = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
 INSTALL = "as root: apt-get install bubblewrap"
 OFF_HINT = "DPC_SANDBOX=off runs student code with your rights (only where you accept that risk)"
+# Where a sandbox that starts sandboxes also sees the host's /proc (see _base_args: host_proc).
+HOST_PROC = "/run/dpc-host-proc"
 # The course's interpreter: kernels and the self-check run with it.
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 
@@ -86,6 +92,159 @@ def hand_over(folder: Path) -> None:
         return
     for path in [folder, *folder.rglob("*")]:
         os.chown(path, *user, follow_symlinks=False)
+
+
+class Refused(Exception):
+    """Why a file is not read or copied (one line: what it is and why)."""
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this mode is, in words."""
+    for test, word in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def open_regular(top: int, parts: Sequence[str]) -> int:
+    """An open descriptor of the regular file top/parts[0]/..., reached without following any link.
+
+    What untrusted code wrote or handed in is read only this way (the grader's intake, and every
+    copy it makes: copy_regular). top is an open folder; every step is looked at (lstat), then
+    opened with O_NOFOLLOW relative to the last, and the file looked at again once open (non-blocking:
+    something swapped in between is caught there). A symbolic link, a named pipe, a device, a
+    socket or a hard link (a second name of some other file) raises Refused, and nothing it names
+    is read; a missing file raises FileNotFoundError.
+    """
+    where = "/".join(parts)
+    fd = os.dup(top)
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            if not last and stat.S_ISREG(st.st_mode):
+                raise FileNotFoundError(where)  # a file where a folder was looked for: not there
+            if stat.S_ISLNK(st.st_mode) or (not last and not stat.S_ISDIR(st.st_mode)):
+                raise Refused(f"{'/'.join(parts[:i + 1])} is {file_kind(st.st_mode)}: only regular "
+                              f"files and folders are read")
+            if last and not stat.S_ISREG(st.st_mode):
+                raise Refused(f"{where} is {file_kind(st.st_mode)}, not a regular file")
+            try:
+                nfd = os.open(part, _OPEN | (0 if last else os.O_DIRECTORY), dir_fd=fd)
+            except OSError as err:
+                raise Refused(f"{'/'.join(parts[:i + 1])} cannot be read ({err.strerror})") from None
+            os.close(fd)
+            fd = nfd
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(f"{where} is {file_kind(st.st_mode)}, not a regular file")
+        if st.st_nlink > 1:
+            raise Refused(f"{where} is a hard link (one more name of a file elsewhere): hand in a copy")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(top: int, parts: Sequence[str], limit: int) -> bytes:
+    """The bytes of the regular file top/parts[0]/... (open_regular: no link followed, only a
+    regular file read); over limit bytes raises Refused."""
+    fd = open_regular(top, parts)
+    try:
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise Refused(f"{'/'.join(parts)} is over the {limit >> 20} MiB a notebook may have")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def copy_regular(src: Path, dest: Path, ignore: Sequence[str] = ()) -> list[str]:
+    """Copy src (a regular file, or a folder and all in it) to dest; return one line for each entry
+    not copied.
+
+    Every copy the grader makes as root goes this way: folders and regular files only, each opened
+    with open_regular, so no link is followed (a relative link into the job's folder, a link to any
+    folder the sandbox user could read) and no pipe, socket or device is opened; such an entry is
+    skipped, and nothing it names is copied. Files keep their permission bits and times; names
+    matching an `ignore` pattern (fnmatch, as shutil.ignore_patterns) are left out silently.
+    src's own parent folders are the caller's (followed as given); dest's folders are made.
+    """
+    refused: list[str] = []
+    parent = os.open(src.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if stat.S_ISDIR(os.stat(src.name, dir_fd=parent, follow_symlinks=False).st_mode):
+            fd = os.open(src.name, _FOLDER, dir_fd=parent)
+            try:
+                _copy_folder(fd, dest, "", ignore, refused)
+            finally:
+                os.close(fd)
+        else:
+            _copy_file(parent, src.name, dest, "", refused)
+    finally:
+        os.close(parent)
+    return refused
+
+
+_FOLDER = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def _copy_folder(fd: int, dest: Path, where: str, ignore: Sequence[str], refused: list[str]) -> None:
+    """Copy the open folder fd to dest (see copy_regular); `where`: its path in the copy ('' or
+    ending in '/'), for the lines refused."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in sorted(os.listdir(fd)):
+        if any(fnmatch.fnmatch(name, pattern) for pattern in ignore):
+            continue
+        try:
+            mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(mode):
+            _copy_file(fd, name, dest / name, where, refused)
+            continue
+        try:
+            sub = os.open(name, _FOLDER, dir_fd=fd)
+        except OSError as err:
+            refused.append(f"{where}{name} cannot be read ({err.strerror})")
+            continue
+        try:
+            _copy_folder(sub, dest / name, f"{where}{name}/", ignore, refused)
+        finally:
+            os.close(sub)
+
+
+def _copy_file(folder: int, name: str, dest: Path, where: str, refused: list[str]) -> None:
+    """Copy the regular file folder/name to dest (see copy_regular)."""
+    try:
+        fd = open_regular(folder, [name])
+    except FileNotFoundError:
+        return
+    except Refused as why:
+        refused.append(f"{where}{why}")
+        return
+    try:
+        st = os.fstat(fd)
+        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with open(out, "wb") as f:
+            while chunk := os.read(fd, 1 << 20):
+                f.write(chunk)
+            f.flush()
+            os.fchmod(out, stat.S_IMODE(st.st_mode) & 0o777)
+            os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+    finally:
+        os.close(fd)
 
 
 def disabled() -> bool:
@@ -146,17 +305,24 @@ def _base_args(extra_read: Sequence[Path], net: bool, tmp_size: int = Limits.tmp
     """bwrap arguments for the whitelisted file system, namespaces and no capabilities (the
     folders above every bound path made walkable: `_parents`).
 
-    host_proc: the host's /proc instead of one of the sandbox's own, for a sandbox that starts
-    sandboxes (only a fully visible /proc lets an unprivileged one mount its own); only for
-    trusted code (the grader's nbgrader), which then sees the host's processes."""
+    host_proc: for a sandbox that starts sandboxes (only for trusted code: the grader's nbgrader).
+    Its /proc is its own, of its own PID namespace, as in every sandbox: a nested bwrap reads
+    /proc/<pid of its child> with the pid it knows, so a /proc of another namespace (the host's)
+    makes it fail (`bwrap: open /proc/N/ns/ns failed`) whenever no process of the host has that
+    number, and read some other process's when one does. The kernel lets an unprivileged (nested)
+    sandbox mount a /proc only where one is already fully visible, and bwrap's own covers parts of
+    it: so the host's /proc is bound, read-write as the kernel requires, at HOST_PROC as well (the
+    nested sandboxes do not see it; the trusted code may)."""
     args = ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "localhost", "--cap-drop", "ALL"]
     if not net:
         args.append("--unshare-net")
     # /tmp and /dev/shm (multiprocessing's semaphores, DataLoader workers): sized, anyone's, sticky
-    args += [*(["--bind", "/proc", "/proc"] if host_proc else ["--proc", "/proc"]), "--dev", "/dev",
+    args += ["--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/tmp",
              "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/dev/shm", "--tmpfs", "/run"]
+    if host_proc:
+        args += ["--bind", "/proc", HOST_PROC]
     system = [s for s in SYSTEM_READ if os.path.isdir(s)]
     read: list[Path] = []
     base = Path(sys.base_prefix).resolve()
