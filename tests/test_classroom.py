@@ -90,6 +90,9 @@ def _interrupted(argv: list[str], stage: re.Pattern[str], how: signal.Signals, t
             break
     else:
         pytest.fail("the harness ended before the stage:\n" + "".join(out[-40:]))
+    assert tag and len(ports) == 4, "".join(out)
+    up = _left_by(tag, ports)
+    assert any(x.startswith("account") for x in up) and any(x.startswith("process") for x in up), up
     if target == "parent":
         os.kill(p.pid, how)  # make itself: the harness is its child
     else:
@@ -100,9 +103,9 @@ def _interrupted(argv: list[str], stage: re.Pattern[str], how: signal.Signals, t
     end = time.monotonic() + 300  # tear-down on a loaded machine: the hub stops its servers
     while _left_by(tag, ports) and time.monotonic() < end:
         time.sleep(0.5)
-    rest = p.stdout.read() if p.poll() is not None else ""
+    rest = ""
     with contextlib.suppress(subprocess.TimeoutExpired):
-        p.wait(timeout=120)
+        rest, _ = p.communicate(timeout=120)  # what it printed while tearing down (make waits for it)
     return "".join(out) + rest, "; ".join(_left_by(tag, ports))
 
 
@@ -123,3 +126,28 @@ def test_make_classroom_test_terminated_during_the_students_run_leaves_nothing()
                              re.compile(r"Run All at once, save \.\.\.$"), signal.SIGTERM, "parent")
     assert not left, f"left: {left}\n{out[-3000:]}"
     assert "interrupted" in out
+
+
+def test_a_start_removes_what_an_earlier_killed_run_left() -> None:
+    """Issue 39: a run killed with its guardian (a reboot, kill -9 of both) leaves an account and a hub;
+    the next start (or `--clean`) removes them, and leaves a run whose harness still runs alone."""
+    import pwd
+    import secrets
+
+    from dpc_runtime.reaper import marked
+
+    tag = secrets.token_hex(2)
+    name = f"dpc-student1-{tag}"
+    subprocess.run(["useradd", "--no-create-home", name], check=True)
+    hub = subprocess.Popen(["sleep", "600"], env={**os.environ, classroom.RUN_MARKER: tag})  # stands for its hub
+    try:
+        assert classroom.leftovers().get(tag) == [name]
+        said = classroom.clean_leftovers()
+        assert any(f"run {tag}: userdel --remove {name}: exit 0" in line for line in said), said
+        hub.wait(timeout=60)  # killed by the clean-up (an event, bounded)
+        assert marked(classroom.RUN_MARKER, tag) == []
+        with pytest.raises(KeyError):
+            pwd.getpwnam(name)
+    finally:
+        hub.kill()
+        subprocess.run(["userdel", name], capture_output=True)

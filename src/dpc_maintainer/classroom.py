@@ -18,7 +18,10 @@ the filled notebook and 0 to the unfilled one; feedback goes back through nbgrad
 (release_feedback, fetch_feedback) and each student opens their own page in the browser (HTTP 200)
 and is refused a classmate's. Tear-down (also on failure or Ctrl-C, unless --keep) stops the hub,
 proxy, servers and git daemon, removes the users, homes, cgroups and exchange, and checks that no
-process of those users is left and every port is closed.
+process of those users is left and every port is closed. SIGTERM and Ctrl-C end the run through the
+same tear-down; a run killed outright (SIGKILL, a hard timeout) is cleaned by its guardian
+(dpc_runtime.reaper: everything the run starts carries DPC_CLASSROOM_RUN=<tag>), and every start (or
+`--clean` alone) removes what an earlier run left if both were killed (accounts dpc-*-<tag>).
 
 It prints a timeline (seconds per step) and exits 1 on the first failed step (2 when the machine
 cannot run it: not root, no apt or npm). Logs and screenshots: build/classroom/<run>/.
@@ -50,6 +53,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpc_runtime.reaper import Guard, Plan, clean, marked
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build" / "classroom"
 COURSE_ID = "dp-course"
@@ -67,6 +72,10 @@ COMMAND_S = 900
 
 class StepFailed(RuntimeError):
     """A step of the run failed; the message says which and why."""
+
+
+RUN_MARKER = "DPC_CLASSROOM_RUN"  # in the environment of the harness and all it starts: <tag> of the run
+ACCOUNT = re.compile(r"^dpc-(student\d+|instructor)-([0-9a-f]{4})$")  # the accounts a run makes
 
 
 def unavailable() -> str:
@@ -237,6 +246,11 @@ class Classroom:
         self.made_users: list[Account] = []
         self.cache = Path()
         self.class_env = Path(os.environ.get("DPC_CLASS_PREFIX", "/opt/dp-course")) / "env"
+        # Everything this run starts carries its tag (the hub passes it on to the proxy); a guardian
+        # removes what the run made if the run dies before its tear-down (SIGKILL, a hard timeout).
+        os.environ[RUN_MARKER] = self.tag
+        self.guard = Guard(marker=(RUN_MARKER, self.tag), folders=[str(self.exchange)],
+                           cgroups=[str(m / self.cgroup) for m in cgroup_roots()])
 
     # ---- set-up steps
 
@@ -255,6 +269,7 @@ class Classroom:
     def make_accounts(self) -> None:
         """The students and the instructor: Linux accounts with private homes and random passwords."""
         for a in [*self.students, self.instructor]:
+            self.guard.add(users=[a.name])  # before it exists: a kill right after useradd is covered too
             run(["useradd", "--create-home", "--shell", "/bin/bash", "-K", "HOME_MODE=0700", a.name],
                 f"useradd {a.name}", self.log)
             self.made_users.append(a)
@@ -551,7 +566,42 @@ class Classroom:
             with contextlib.suppress(KeyError):
                 pwd.getpwnam(a.name)
                 problems.append(f"user {a.name} still exists")
+        if not problems:
+            self.guard.dismiss()  # else the guardian tries again when this process ends
         return problems
+
+
+def leftovers() -> dict[str, list[str]]:
+    """tag -> the accounts of an earlier run whose harness is gone (killed before its tear-down and its
+    guardian's): what `--clean`, and every start, removes."""
+    runs: dict[str, list[str]] = {}
+    for entry in pwd.getpwall():
+        m = ACCOUNT.match(entry.pw_name)
+        if m:
+            runs.setdefault(m.group(2), []).append(entry.pw_name)
+    return {tag: sorted(users) for tag, users in runs.items() if not _harness_alive(tag)}
+
+
+def _harness_alive(tag: str) -> bool:
+    """True while the harness of run <tag> runs (its hub and servers may outlive a killed harness)."""
+    for pid in marked(RUN_MARKER, tag):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"dpc_maintainer.classroom" in argv and b"--browser" not in argv:
+            return True
+    return False
+
+
+def clean_leftovers() -> list[str]:
+    """Remove what earlier, killed runs left (processes, accounts, cgroups); the lines say what."""
+    said = []
+    for tag, users in sorted(leftovers().items()):
+        plan = Plan(marker=(RUN_MARKER, tag), users=users,
+                    cgroups=[str(m / f"dp-course-hub-{tag}") for m in cgroup_roots()])
+        said += [f"run {tag}: {line}" for line in clean(plan)]
+    return said
 
 
 def cgroup_roots() -> list[Path]:
@@ -983,6 +1033,17 @@ async def _browser(phase: str, plan: dict) -> dict[str, Any]:
 # ---------------------------------------------------------------- main
 
 
+def _end_with_parent() -> None:
+    """Have the kernel send this process SIGTERM when its parent (make, a test) dies (Linux's prctl)."""
+    import ctypes
+
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the call
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Bring up the class, run it, tear it down; print the timeline; 0 when every step passed."""
     ap = argparse.ArgumentParser(prog="python -m dpc_maintainer.classroom", description=__doc__.splitlines()[0])
@@ -1000,6 +1061,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fairness", action="store_true",
                     help="instead of the class: one student runs the lab (default 06-horovod) while a classmate's "
                          "kernel round trip is timed, then that kernel goes past the memory limit")
+    ap.add_argument("--clean", action="store_true",
+                    help="only remove what earlier runs that were killed left behind (accounts, hubs, cgroups), and exit")
     ap.add_argument("--browser", choices=["work", "feedback", "fairness"], help=argparse.SUPPRESS)
     ap.add_argument("--plan", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
@@ -1012,6 +1075,11 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"classroom: cannot run here: {why}", file=sys.stderr)
         return 2
+    for line in clean_leftovers():  # an earlier run killed with its guardian (a reboot, kill -9 of both)
+        print(f"classroom: left by an earlier run, removed: {line}", flush=True)
+    if a.clean:
+        print(f"classroom: clean: {len(leftovers())} run(s) left")
+        return 0 if not leftovers() else 1
     if a.fairness and a.lab == DEFAULT_LAB and not os.environ.get("CLASSROOM_LAB"):
         a.lab = FAIRNESS_LAB
     labs = sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_dir()) if a.lab == "all" else [a.lab]
@@ -1028,6 +1096,7 @@ def main(argv: list[str] | None = None) -> int:
           f"ports {room.ports}; logs and screenshots in {room.dir}", flush=True)
     failed = ""
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    _end_with_parent()  # `kill -TERM` of `make classroom-test` reaches this run as a SIGTERM
     try:
         room.up_and_run()
     except StepFailed as e:
@@ -1036,7 +1105,9 @@ def main(argv: list[str] | None = None) -> int:
         failed = "interrupted"
     if a.keep:
         (room.dir / "accounts.json").write_text(json.dumps([asdict(x) for x in room.made_users], indent=1))
-        print(f"classroom: kept (--keep): hub {getattr(room, 'base', '?')}, accounts in {room.dir}/accounts.json")
+        room.guard.dismiss()
+        print(f"classroom: kept (--keep): hub {getattr(room, 'base', '?')}, accounts in {room.dir}/accounts.json; "
+              "remove it all with `make classroom-test CLASSROOM_ARGS=--clean` once its process has ended")
     else:
         try:
             with room.timeline.step("tear-down (hub, proxy, servers, git daemon, users, cgroups, exchange)"):
