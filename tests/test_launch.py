@@ -441,3 +441,17 @@ def test_visible_gpus_reads_the_mask(monkeypatch, tmp_path):
     assert launch_module.visible_gpus({}) == 2
     assert launch_module.visible_gpus({"CUDA_VISIBLE_DEVICES": "1"}) == 1
     assert launch_module.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == 0
+
+
+def test_a_rank_still_importing_inside_start_is_not_blamed_for_one_that_never_came():
+    # The wrong blame of a loaded machine, replayed without the load: the timeout came while rank 0,
+    # inside start() (its stack dump registered), was still importing torch — busy, by its stack —
+    # and rank 1 had not reached start() (no stack). 673d1f3 named rank 0 ("never reached the
+    # communication rank 1 waited for"); the one that never came is rank 1.
+    stream = launch_module._Stream("torchrun", 2, echo=False)
+    stream.stacks[0] = [[("<frozen importlib._bootstrap>", 241, "_call_with_frames_removed"),
+                         ("/x/site-packages/torch/__init__.py", 2100, "<module>"),
+                         ("/x/dpc_runtime/worker.py", 208, "start")]]
+    err = stream.hang_error(20, [0, 1])
+    assert err.ranks == [1], str(err)
+    assert "timed out after 20 s; still running: ranks 0, 1; rank 1 had not started yet" in str(err)
