@@ -5,10 +5,13 @@ student's wrapper in real torchrun launches on 2 and 3 ranks, with even and unev
 A correct submission written differently from the reference gets full marks (a plan built with a
 running total, a wrapper that counts ready gradients with sets and divides by the count once, a
 prediction written as a fold); the reference itself passes, or the grader refuses to grade
-(dpc_instructor.grade.reference). The two typical mistakes lose exactly their points: a wrapper that
+(dpc_instructor.grade.reference). The typical mistakes lose exactly their points: a wrapper that
 all-reduces every bucket in finish(), after backward, trains the right weights and loses the
 schedule test (its ledger shows the calls after backward returned); dividing by the world size
-times this rank's samples is right only when every rank has as many, and loses the uneven test.
+times this rank's samples is right only when every rank has as many, and loses the uneven test. A
+plan filled from the first parameter instead of the last loses the buckets and prediction tests and
+nothing else: its wrapper trains the right weights and all-reduces each of its own buckets during
+backward, and the schedule test judges the ledger against the student's own plan.
 A submission that does no work and fights the tests from inside the kernel (gradekit.TAMPER, a
 fake launch whose ledger has the right buckets, a plan and a prediction that know only the visible
 cases) gets 0: the judge compares the values outside the kernel, and the schedule's record carries
@@ -98,13 +101,18 @@ MISTAKEN_DDP = REFERENCE["lab11-ddp"].replace(
             self.started[b] = (flat, self.comm.all_reduce(flat))''',
     '''        if self.missing[b] == 0:
             self.started[b] = None  # sent in finish()''').replace(
-    '''        samples = torch.tensor(float(count))
+    '''        samples = torch.tensor(float(count), device=self.params[0].device)
         dist.all_reduce(samples)  # the samples of all ranks
         for b, (flat, handle) in sorted(self.started.items()):''',
-    '''        samples = torch.tensor(float(count * dist.get_world_size()))
+    '''        samples = torch.tensor(float(count * dist.get_world_size()), device=self.params[0].device)
         for b in sorted(self.started):
             flat = torch.cat([self.params[j].grad.reshape(-1) for j in self.buckets[b]])
             handle = self.comm.all_reduce(flat)''')
+
+# The reference with its plan in forward order (from the first parameter, not the last): everything
+# else right.
+FORWARD_PLAN = REFERENCE["lab11-plan"].replace("for i in reversed(range(len(sizes))):",
+                                               "for i in range(len(sizes)):")
 
 TAMPERING = {
     "lab11-plan": TAMPER + '''
@@ -158,6 +166,7 @@ def test_the_mistakes_are_written_into_the_reference():
     assert MISTAKEN_DDP != REFERENCE["lab11-ddp"]
     assert "sent in finish()" in MISTAKEN_DDP and "count * dist.get_world_size()" in MISTAKEN_DDP
     assert MISTAKEN_DDP.count("self.comm.all_reduce(flat)") == 1
+    assert FORWARD_PLAN != REFERENCE["lab11-plan"] and "reversed" not in FORWARD_PLAN
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +175,7 @@ def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     students = {
         "different": DIFFERENT,
         "mistaken": {**REFERENCE, "lab11-ddp": MISTAKEN_DDP},
+        "forward": {**REFERENCE, "lab11-plan": FORWARD_PLAN},
         "tamper": TAMPERING,
     }
     return grade_all(LAB, {s: {name: fill(RELEASE, a)} for s, a in students.items()},
@@ -183,6 +193,14 @@ def test_all_reducing_after_backward_and_dividing_by_the_local_count_lose_exactl
     assert row["status"] == "graded", row
     assert lost(row) == {"lab11-test-schedule", "lab11-test-uneven"}, row
     assert row["score"] == "7", row
+
+
+def test_a_plan_in_forward_order_loses_the_plan_and_prediction_tests_and_keeps_the_schedule(graded):
+    row = graded["forward"]
+    assert row["status"] == "graded", row
+    assert lost(row) == {"lab11-test-plan", "lab11-test-predict"}, row
+    assert float(row["lab11-test-schedule"]) == POINTS["lab11-test-schedule"], row
+    assert row["score"] == str(12 - POINTS["lab11-test-plan"] - POINTS["lab11-test-predict"]), row
 
 
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
