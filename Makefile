@@ -15,10 +15,11 @@ OUT ?= grades.csv
 COURSE ?= build/course
 JOBS ?=
 
-.PHONY: help setup lab lint test labs grade grades feedback check solutions bench soak clean release class-env classroom-test classroom-fairness
+.PHONY: help setup horovod lab lint test labs grade grades feedback check solutions bench soak clean release class-env classroom-test classroom-fairness
 
 help:
 	@echo "make lab    set up (first time only) and open JupyterLab on the course's start page"
+	@echo "make horovod   build Horovod (chapter 6, lab 6; about 6 minutes, once): make lab leaves it for then"
 	@echo "make test   set up, run the gates (make lint), then every test: helpers, notebooks, labs, grading"
 	@echo "make lint   the gates alone: ruff (code and notebooks) and mypy (the packages in src/)"
 	@echo "make labs   regenerate labs/ (student copies) from solutions/"
@@ -45,7 +46,9 @@ help:
 setup:
 	@bash src/dpc_setup/setup.sh
 
-lab: setup
+# JupyterLab opens without waiting for Horovod's build (chapter 6 and lab 6 only): `make horovod` then.
+lab:
+	@DPC_HOROVOD=$${DPC_HOROVOD:-later} bash src/dpc_setup/setup.sh
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) course/00-setup-and-devices.ipynb $(ROOT_FLAG) $(LAB_ARGS)
 
 # The gates: ruff on the code and the notebooks, mypy on the packages (configured in pyproject.toml).
@@ -63,6 +66,11 @@ test: setup lint
 	$(PY) -m pytest tests build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 	  --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs --durations=25 \
 	  -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+
+# Horovod, built from source with the course's patches (about 6 minutes on 2 cores, once per machine):
+# `make setup` and every other target build it too; `make lab` leaves it for chapter 6.
+horovod:
+	@DPC_HOROVOD=1 bash src/dpc_setup/setup.sh
 
 labs: setup
 	$(PY) -m dpc_instructor.labs generate

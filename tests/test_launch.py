@@ -455,3 +455,11 @@ def test_a_rank_still_importing_inside_start_is_not_blamed_for_one_that_never_ca
     err = stream.hang_error(20, [0, 1])
     assert err.ranks == [1], str(err)
     assert "timed out after 20 s; still running: ranks 0, 1; rank 1 had not started yet" in str(err)
+
+
+def test_a_launch_before_horovod_is_built_says_how_to_build_it(monkeypatch, tmp_path):
+    # Issue 37: `make lab` opens JupyterLab before Horovod's 6-minute build; chapter 6's first launch says what to do.
+    monkeypatch.setattr(launch_module.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"Horovod is not built yet. Run `make horovod` in a terminal"):
+        helpers.launch(RANKS, 2, launcher="horovodrun")

@@ -110,6 +110,10 @@ def console_script(name: str) -> str:
     """Path of a console script of this Python's environment (falls back to PATH)."""
     here = Path(sys.executable).parent / name
     found = str(here) if here.exists() else shutil.which(name)
+    if not found and name.startswith("horovod"):  # `make lab` leaves Horovod's build for chapter 6
+        raise FileNotFoundError(f"{name} not found next to {sys.executable}: Horovod is not built yet. Run "
+                                "`make horovod` in a terminal of this course (about 6 minutes on 2 cores, "
+                                "once per machine), then run this cell again")
     if not found:
         raise FileNotFoundError(f"{name} not found next to {sys.executable} nor on PATH: run `make setup`")
     return found

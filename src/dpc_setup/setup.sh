@@ -3,7 +3,10 @@
 # packages (requirements.txt), the course's helpers (src/, editable: helpers and the other course packages), and Horovod built from
 # source with the course's patches (cached outside the repo, see src/dpc_setup/horovod/build.sh).
 # A second run only checks a stamp and returns in about a second.
-# Variables: PYTHON (default python3), DPC_HOROVOD=0 to skip Horovod, DPC_CACHE for the wheel cache,
+# Horovod has a stamp of its own (.venv/.dpc-horovod): DPC_HOROVOD=1 (default) builds it if missing,
+# DPC_HOROVOD=later leaves it for its first need (`make lab`: JupyterLab opens without waiting for the
+# build; chapter 6 and lab 6 say to run `make horovod`), DPC_HOROVOD=0 never builds it.
+# Variables: PYTHON (default python3), DPC_HOROVOD (1, later, 0), DPC_CACHE for the wheel cache,
 # DPC_GPU=1/0 to force/skip the GPU extras (default: on when `nvidia-smi -L` lists a GPU).
 # DPC_VENV=folder builds that environment instead of .venv, with the pins of DPC_EXTRA_REQUIREMENTS
 # too and without the course's packages (the class environment: src/dpc_setup/class_env.sh).
@@ -28,14 +31,28 @@ GPU=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then GPU=1; fi
 GPU=${DPC_GPU:-$GPU}
 
-WANT=$(cat requirements.txt $EXTRA pyproject.toml src/dpc_setup/setup.sh src/dpc_setup/horovod/build.sh src/dpc_setup/horovod/patches/*.patch \
-       | sha256sum | cut -c1-16)-hvd${DPC_HOROVOD:-1}-gpu$GPU
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ]; then
+HVD=${DPC_HOROVOD:-1}
+case "$HVD" in 0|1|later) ;; *) echo "setup: DPC_HOROVOD=$HVD: use 1 (build now), later or 0" >&2; exit 2;; esac
+WANT=$(cat requirements.txt $EXTRA pyproject.toml src/dpc_setup/setup.sh | sha256sum | cut -c1-16)-gpu$GPU
+HVD_STAMP=$VENV/.dpc-horovod
+HVD_WANT=$(cat requirements.txt $EXTRA src/dpc_setup/horovod/build.sh src/dpc_setup/horovod/patches/*.patch \
+           | sha256sum | cut -c1-16)-gpu$GPU
+hvd_ready() { [ -f "$HVD_STAMP" ] && [ "$(cat "$HVD_STAMP")" = "$HVD_WANT" ]; }
+hvd_later() {
+  if [ "$HVD" = later ] && ! hvd_ready; then
+    echo "setup: Horovod (chapter 6 and lab 6 only) is not built yet: \`make horovod\` builds it when you get there (about 6 minutes on 2 cores, once)"
+  fi
+}
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ] && { [ "$HVD" != 1 ] || hvd_ready; }; then
   echo "setup: $VENV is up to date"
+  hvd_later
   exit 0
 fi
 
 start=$(date +%s)
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ]; then
+  echo "setup: $VENV is up to date; Horovod next"
+else
 if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: creating $VENV with $("$PYTHON" --version)"
   "$PYTHON" -m venv "$VENV"
@@ -58,7 +75,15 @@ if [ -z "${DPC_VENV:-}" ]; then
   "$VENV/bin/python" -m pip install --no-deps -e . >>"$LOG" 2>&1
 fi
 
-if [ "${DPC_HOROVOD:-1}" != 0 ]; then
+# Kernels of this environment log only errors: ipykernel's start-up warning "Kernel is running over
+# TCP without encryption" (about a local kernel's sockets) would otherwise greet every nbconvert,
+# papermill and nbgrader run. Kernels read this file from <env>/etc/ipython.
+mkdir -p "$VENV/etc/ipython"
+echo 'c.IPKernelApp.log_level = "ERROR"  # written by src/dpc_setup/setup.sh' > "$VENV/etc/ipython/ipython_kernel_config.py"
+echo "$WANT" > "$STAMP"
+fi
+
+if [ "$HVD" = 1 ] && ! hvd_ready; then
   WHEEL=$(src/dpc_setup/horovod/build.sh "$VENV/bin/python" | tee -a "$LOG" | tail -n 1)
   "$VENV/bin/python" -m pip install --no-deps --force-reinstall "$WHEEL" >>"$LOG" 2>&1
   # What the wheel was built with, asked in-process: TensorFlow's and PyTorch's extensions and Gloo
@@ -74,13 +99,7 @@ frameworks = sorted({f.parts[1] for f in importlib.metadata.files("horovod") if 
 print(f"setup: Horovod built for {', '.join(frameworks)}, {'with' if hvd.gloo_built() else 'WITHOUT'} Gloo")
 sys.exit(0 if {"tensorflow", "torch"} <= set(frameworks) and hvd.gloo_built() else 1)
 EOF
+  echo "$HVD_WANT" > "$HVD_STAMP"
 fi
-
-# Kernels of this environment log only errors: ipykernel's start-up warning "Kernel is running over
-# TCP without encryption" (about a local kernel's sockets) would otherwise greet every nbconvert,
-# papermill and nbgrader run. Kernels read this file from <env>/etc/ipython.
-mkdir -p "$VENV/etc/ipython"
-echo 'c.IPKernelApp.log_level = "ERROR"  # written by src/dpc_setup/setup.sh' > "$VENV/etc/ipython/ipython_kernel_config.py"
-
-echo "$WANT" > "$STAMP"
+hvd_later
 echo "setup: done in $(( $(date +%s) - start )) s"
