@@ -237,6 +237,39 @@ def test_every_job_of_a_run_gets_its_seed(tmp_path):
     assert grade.job_env(tmp_path, 30, 0)["DPC_GRADE_SEED"] == "0"
 
 
+def test_a_kernel_whose_hidden_cases_are_made_outside_gets_no_seed(tmp_path, monkeypatch):
+    """Lab 10 (hidden_cases in a locked cell): the kernels get no seed, not even the grader's own
+    DPC_GRADE_SEED, which sandbox.clean_env passes on; the cases are made in a job of their own."""
+    monkeypatch.setenv("DPC_GRADE_SEED", "4242")
+    assert "DPC_GRADE_SEED" not in grade.job_env(tmp_path, None, None)
+    lab10 = json.loads((ROOT / "solutions" / "10-failure-diagnosis" / "failure-diagnosis.ipynb").read_text())
+    at = grade.cases_cell(lab10)
+    assert at is not None and notebook.grade_id(lab10["cells"][at]) == "lab10-draw"
+    # everything the cases job runs comes before the first test cell: no student's answer is in it
+    first_test = min(i for i, c in enumerate(lab10["cells"]) if notebook.nbgrader(c).get("grade"))
+    assert at < first_test and not any(notebook.nbgrader(c).get("solution") for c in lab10["cells"][:at])
+    assert grade.cases_cell(RELEASE) is None  # lab 1 draws its hidden cases from the seed
+
+
+def test_each_hidden_case_counts_only_in_its_own_cell_and_the_reference_must_get_it_right():
+    """assign_cases: every test cell records the student's answer for every case; the grader's
+    truth (never in a kernel) makes each record count only in the cell its case belongs to."""
+    def rec(name, value, case):
+        return {"name": name, "value": value, "rtol": 1e-5, "atol": 1e-6, "judged": True, "case": case}
+
+    truth = [{"cell": "t-hang", "expect": [[1], "hang"]}, {"cell": "t-died", "expect": [[0], "died"]}]
+    records = {gid: [rec("visible", 3, None), rec("job 0", [[1], "hang"], 0), rec("job 1", [[0], "died"], 1)]
+               for gid in ("t-hang", "t-died")}
+    grade.assign_cases(records, truth)
+    assert [[r["judged"] for r in records[g]] for g in ("t-hang", "t-died")] == [[True, True, False],
+                                                                                   [True, False, True]]
+    wrong = {"t-hang": [rec("job 0", [[0], "hang"], 0)], "t-died": [rec("job 1", [[0], "died"], 1)]}
+    with pytest.raises(ValueError, match="t-hang got the hidden case 0 wrong"):
+        grade.assign_cases(wrong, truth)
+    with pytest.raises(ValueError, match=r"no test cell recorded the hidden case\(s\) \[1\]"):
+        grade.assign_cases({"t-hang": [rec("job 0", [[1], "hang"], 0)]}, truth)
+
+
 def test_a_seed_that_is_no_number_is_one_clear_error(tmp_path, monkeypatch):
     (tmp_path / "subs" / "ann").mkdir(parents=True)
     monkeypatch.setenv("DPC_GRADE_SEED", "abc")

@@ -1,7 +1,8 @@
 """Lab 10 (which rank, and why; a snapshot that resumes bit for bit) graded end to end: submissions
 built from the student copy in labs/ are autograded by src/dpc_instructor/grade.py, each running
-the lab's five failing torchrun jobs (drawn from the grading run's seed: other world sizes, culprits
-and steps than a student saw) and three torchrun launches with restarts.
+the lab's five failing torchrun jobs (the ones a student saw) and three torchrun launches with
+restarts; the hidden tests run each `diagnose` on ten jobs the grader drew from the run's seed and
+launched itself, outside every kernel (grade.make_cases), of which the kernel gets the evidence only.
 
 A correct `diagnose` written differently from the reference gets full marks (it tells a hang by the
 Flight Recorder dump the stuck rank never wrote, a straggler by who waited least, a slow first step
@@ -13,11 +14,19 @@ snapshot that adds the scheduler but forgets the input-noise generator loses the
 A submission that does no work and fights the tests from inside the kernel (gradekit.TAMPER, and
 the given snapshot as its own) gets 0: the diagnoses and the weights are compared outside it.
 
-What the judge cannot rule out here: the kernel that runs the jobs also holds what it drew (`RUN`),
-so a `diagnose` that looks the answer up there instead of reading the evidence would pass; the lab
-tells the student not to, and the tests renumber the ranks of each job only after the draw.
+Two that do no diagnosis and read the answers off (issue 36) get none of the diagnosis points: one
+whose `diagnose` reads its callers' frames (the visible test's locals hold the culprit and kind; no
+frame above a hidden test does), and one that redraws the grader's jobs with the lab's own
+`draw_jobs` from the seed in its environment (the kernel has none: it draws this notebook's own
+jobs) and finds each job it is given in the grader's file. Both keep the snapshot's points.
+
+What the judge cannot rule out here: the visible jobs are drawn in the kernel (`RUN`), so a visible
+test can be passed by looking the answer up; each test cell's points also need its hidden part.
 """
 from __future__ import annotations
+
+import json
+import os
 
 import pytest
 from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill
@@ -108,6 +117,78 @@ def diagnose(job):
 ''',
     "lab10-snapshot": '%%writefile runs/10/lab_snapshot.py\nfrom given_snapshot import capture, restore  # noqa: F401\n',
 }
+# No diagnosis: the answer read from the frames of the test that called (the visible test's `culprit`
+# and `kind`; before issue 36 a hidden test held the answer as `want` too). Else a guess.
+FRAME_READER = '''import inspect
+
+
+def diagnose(job):
+    frame = inspect.currentframe().f_back
+    while frame is not None:
+        seen = frame.f_locals
+        if isinstance(seen.get("want"), tuple):
+            return seen["want"]
+        if "culprit" in seen and "kind" in seen:
+            return [seen["culprit"]], seen["kind"]
+        frame = frame.f_back
+    return [0], "hang"
+'''
+# No diagnosis: this run's jobs looked up in RUN; the grader's redrawn with the lab's own draw_jobs
+# from the grading seed in the environment (rng()'s default, 0, without one), each found by its
+# evidence in the grader's file (hidden_cases gives each job as it ran, then renumbered by 1).
+REDRAWER = '''import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+def diagnose(job):
+    for name, (kind, world, culprit, _) in RUN.items():
+        for shift in range(world):
+            if renumbered(JOBS[name], shift) == job:
+                return [(culprit + shift) % world], kind
+    specs = draw_jobs(np.random.default_rng(int(os.environ.get("DPC_GRADE_SEED", "0"))))
+    cases = json.loads(Path("hidden-cases.json").read_text()) if Path("hidden-cases.json").exists() else []
+    if job in cases:
+        i = cases.index(job)
+        kind, world, culprit, _ = specs[i // 2]
+        return [(culprit + i % 2) % world], kind
+    return [0], "hang"
+'''
+DIAGNOSIS_TESTS = {"lab10-test-hang", "lab10-test-mismatch", "lab10-test-died", "lab10-test-straggler",
+                   "lab10-test-timeout"}
+
+
+def draw_jobs(seed: int) -> list[tuple]:
+    """The lab's own draw_jobs (its locked cell lab10-draw) with numpy's generator of seed, with the
+    grader's parameters (STEPS: course.yml's ci values leave it at the default)."""
+    import numpy as np
+
+    cells = {c.get("id"): "".join(c["source"]) for c in json.loads(SOURCE.read_text())["cells"]}
+    space: dict = {}
+    exec(cells["lab10-parameters"], space)
+    exec(cells["lab10-draw"], space)
+    return space["draw_jobs"](np.random.default_rng(seed))
+
+
+def redrawn_by_chance(seed: int) -> bool:
+    """Whether the redrawer's answers (this notebook's own draw, 0) would be right by chance for
+    both of the grader's jobs of some kind at this seed (the same kind, culprit and world size at
+    that place of the drawn order)."""
+    return any(h[0] == r[0] and all((h[2] + s) % h[1] == (r[2] + s) % r[1] for s in (0, 1))
+               for h, r in zip(draw_jobs(seed), draw_jobs(0)))
+
+
+def grading_seed() -> int:
+    """The session's seed of the hidden cases, or the next one at which the redrawer cannot be right
+    by chance (so that its score says only whether the seed reached its kernel)."""
+    seed = int(os.environ["DPC_GRADE_SEED"])
+    while redrawn_by_chance(seed):
+        seed += 1
+    return seed
+
+
 POINTS = {"lab10-test-hang": 2, "lab10-test-mismatch": 2, "lab10-test-died": 2, "lab10-test-straggler": 2,
           "lab10-test-timeout": 2, "lab10-test-resume": 4}
 
@@ -126,9 +207,12 @@ def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
         "different": {"lab10-diagnose": DIFFERENT_DIAGNOSE, "lab10-snapshot": DIFFERENT_SNAPSHOT},
         "mistaken": {"lab10-diagnose": MISTAKEN_DIAGNOSE, "lab10-snapshot": MISTAKEN_SNAPSHOT},
         "tamper": TAMPERING,
+        "frames": {"lab10-diagnose": FRAME_READER, "lab10-snapshot": DIFFERENT_SNAPSHOT},
+        "redraw": {"lab10-diagnose": REDRAWER, "lab10-snapshot": DIFFERENT_SNAPSHOT},
     }
     return grade_all(LAB, {s: {name: fill(RELEASE, a)} for s, a in students.items()},
-                     tmp_path_factory.mktemp("grading"), notebook_timeout=900)
+                     tmp_path_factory.mktemp("grading"), notebook_timeout=900,
+                     args=("--seed", str(grading_seed())))
 
 
 def test_a_correct_diagnosis_written_differently_gets_full_marks(graded):
@@ -147,3 +231,29 @@ def test_blaming_the_victims_a_straggler_called_a_hang_and_a_forgotten_generator
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "14"), row
+
+
+def test_a_diagnose_that_reads_its_callers_frames_gets_no_diagnosis_points(graded):
+    """Its visible parts pass (the visible test holds the answer), its hidden parts cannot: no frame
+    above diagnose holds a hidden job's culprit or kind; the snapshot keeps its 4 points."""
+    row = graded["frames"]
+    assert row["status"] == "graded", row
+    assert lost(row) == DIAGNOSIS_TESTS and row["score"] == "4", row
+
+
+def test_redrawing_the_graders_jobs_from_the_seed_gets_no_diagnosis_points(graded):
+    """The kernel has no seed to redraw the grader's jobs from (its rng() draws this notebook's own
+    jobs); the snapshot keeps its 4 points."""
+    row = graded["redraw"]
+    assert row["status"] == "graded", row
+    assert lost(row) == DIAGNOSIS_TESTS and row["score"] == "4", row
+
+
+def test_the_redrawer_would_pass_with_the_seed_and_not_by_chance_without():
+    """The redrawer is a real attack: with the grader's seed its draw is the grader's (hidden_cases
+    draws its jobs with draw_jobs, then gives each as it ran and renumbered by 1); grading_seed
+    rules out a chance match with the notebook's own draw."""
+    source = next("".join(c["source"]) for c in json.loads(SOURCE.read_text())["cells"] if c.get("id") == "lab10-draw")
+    assert "specs = draw_jobs(draw)" in source and "for shift in (0, 1)]" in source
+    seed = grading_seed()
+    assert not redrawn_by_chance(seed) and redrawn_by_chance(0)

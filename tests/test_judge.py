@@ -198,3 +198,19 @@ def test_hidden_cases_come_from_the_runs_seed(monkeypatch):
     monkeypatch.setenv(judge.SEED_VARIABLE, "-3")
     with pytest.raises(ValueError, match="DPC_GRADE_SEED must be a non-negative integer, not '-3'"):
         judge.rng()
+
+
+def test_a_record_of_a_hidden_case_names_its_case():
+    """record(..., case=i): the answer for the grader's hidden case i (dpc_instructor.grade.assign_cases
+    decides, outside the kernel, which cell counts it); every other record names none."""
+    shown_items = []
+    import IPython.display
+
+    original = IPython.display.display
+    IPython.display.display = lambda data, raw=False: shown_items.append(data[judge.MIME])
+    try:
+        judge.record("the grader's job 3", ([1], "hang"), case=3)
+        judge.record("a value", 1.0)
+    finally:
+        IPython.display.display = original
+    assert [(r["case"], r["value"]) for r in shown_items] == [(3, [[1], "hang"]), (None, 1.0)]

@@ -34,7 +34,13 @@ its folder is never followed, and the note column says what was left out.
 
 Hidden tests draw their cases from one seed per run (dpc_runtime.judge.rng; --seed, else a new
 one, printed): the reference and every student of a run see the same cases, and no answer can hold
-the values of the next run's.
+the values of the next run's. A lab whose hidden case *is* the answer (lab 10: a drawn job and its
+culprit) has them made outside every kernel (make_cases): a locked cell of its source defines
+`hidden_cases(draw)`; the grader runs the source's cells up to that one in a sandbox of its own
+with the run's seed and hands the reference and every student only the cases' inputs
+(dpc_runtime.judge.CASES_FILE beside the notebook); their kernels get no seed (job_env), and which
+test cell judges which case, and the answer the reference must give it, stay with the grader
+(assign_cases).
 
 The result is added to the course gradebook (src/dpc_instructor/gradebook.py; default build/course): a regraded
 student replaces only their own lab; everyone else is untouched; runs may overlap. The CSV written
@@ -43,6 +49,7 @@ by --out has one row per student of this run; `make grades` exports the whole co
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import csv
 import difflib
@@ -310,17 +317,22 @@ class Run:
     limits: sandbox.Limits
     sandboxed: bool
     seed: int  # of the hidden tests' cases (dpc_runtime.judge.seed): the reference's and every student's
+    cases: str | None = None  # the notebook whose hidden cases are made outside the kernels (make_cases)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def job_env(scratch: Path, cell_timeout: int | None, seed: int) -> dict[str, str]:
+def job_env(scratch: Path, cell_timeout: int | None, seed: int | None) -> dict[str, str]:
     """The environment of one student's nbgrader and kernel: sandbox.clean_env, plus Jupyter's
     folders in the job folder (jupyter_client writes a kernel's connection file to TMPDIR, which the
-    kernel's sandbox must see: it is the runtime folder) and the run's seed of the hidden tests."""
+    kernel's sandbox must see: it is the runtime folder) and the run's seed of the hidden tests;
+    seed None (a lab whose hidden cases are made outside the kernel: make_cases): no seed at all,
+    not even one the grader's own environment holds (the kernel's rng() draws from 0)."""
     env = sandbox.clean_env(scratch / "home", scratch / "runtime")
     env.update(JUPYTER_PATH=str(scratch / "share"), JUPYTER_RUNTIME_DIR=str(scratch / "runtime"),
                PYDEVD_DISABLE_FILE_VALIDATION="1")
-    env[judge.SEED_VARIABLE] = str(seed)
+    env.pop(judge.SEED_VARIABLE, None)
+    if seed is not None:
+        env[judge.SEED_VARIABLE] = str(seed)
     if cell_timeout:
         env["DPC_CELL_TIMEOUT"] = str(cell_timeout)
     return env
@@ -356,9 +368,129 @@ def prepare(course: gradebook.Course, lab: str, names: list[str], cell_timeout: 
         raise SystemExit(f"grade: nbgrader generate_assignment failed:\n{out}")
     release = {n: json.loads((template / "release" / lab / f"{n}.ipynb").read_text()) for n in names}
     shutil.rmtree(template / "release")
-    run = Run(course, lab, template, release, cell_timeout, notebook_timeout, limits, sandboxed, seed)
+    outside = [n for n in names if cases_cell(json.loads((template / "source" / lab / f"{n}.ipynb").read_text()))
+               is not None]
+    if len(outside) > 1:
+        raise SystemExit(f"grade: {lab}: only one notebook may define hidden_cases (here: {', '.join(outside)})")
+    run = Run(course, lab, template, release, cell_timeout, notebook_timeout, limits, sandboxed, seed,
+              outside[0] if outside else None)
     reference(run)
     return run
+
+
+CASES_FUNCTION = "hidden_cases"  # a lab's maker of its hidden cases: hidden_cases(draw) (make_cases)
+TRUTH = "hidden-truth.json"  # written by the cases job: each case's test cell and expected answer
+MAX_CASES = 64 << 20  # bytes the cases' inputs (or their truth) may have
+
+
+def cases_cell(nb: dict) -> int | None:
+    """The index of nb's locked code cell that defines hidden_cases(draw) at its top level (a lab
+    whose hidden cases the grader makes outside the kernel), else None."""
+    for i, cell in enumerate(nb["cells"]):
+        if cell.get("cell_type") != "code" or not notebook.nbgrader(cell).get("locked"):
+            continue
+        try:
+            tree = ast.parse(notebook.source(cell))
+        except SyntaxError:  # a cell magic (%%writefile): no definition of ours
+            continue
+        if any(isinstance(node, ast.FunctionDef) and node.name == CASES_FUNCTION for node in tree.body):
+            return i
+    return None
+
+
+def make_cases(run: Run, name: str) -> tuple[bytes, list[dict]]:
+    """The hidden cases of notebook `name`, made outside every kernel: in a sandbox of its own (no
+    student's code there), the source's code cells up to the one defining hidden_cases run, then
+    hidden_cases(draw) with the run's generator (dpc_runtime.judge.rng of the run's seed). Each case
+    is (input, the grade id of the test cell that judges it[, the answer the reference must give]).
+    Returns the inputs (JSON: what goes beside the notebook, judge.CASES_FILE) and, per case, its
+    cell and expected answer (what stays with the grader: assign_cases)."""
+    source = run.template / "source" / run.lab
+    nb = json.loads((source / f"{name}.ipynb").read_text())
+    upto = cases_cell(nb)
+    assert upto is not None, name
+    cells = [notebook.source(c) for c in nb["cells"][:upto + 1] if c.get("cell_type") == "code"]
+    tests = {gid for gid, c in notebook.by_grade_id(nb).items() if notebook.nbgrader(c).get("grade")}
+    done = None
+    for _attempt in range(RETRIES + 1):
+        scratch = run.course.jobs / f"cases-{run.lab}-{uuid.uuid4().hex[:8]}"
+        try:
+            gradebook.say_refused(sandbox.copy_regular(source, scratch, ignore=("*.ipynb", judge.CASES_FILE)),
+                                  f"grade: the cases job's copy of solutions/{run.lab}")
+            (scratch / "cells.json").write_text(json.dumps(cells))
+            for d in (scratch / "home", scratch / "tmp"):
+                d.mkdir()
+            env = sandbox.clean_env(scratch / "home", scratch / "tmp")
+            env[judge.SEED_VARIABLE] = str(run.seed)
+            argv = [sandbox.PYTHON, "-c", "import sys; from dpc_instructor.grade import make_cases_here; "
+                    "make_cases_here(sys.argv[1])", "cells.json"]
+            if run.sandboxed:
+                argv = sandbox.bwrap_argv(argv, writable=[scratch], env=env, cwd=scratch)
+                sandbox.hand_over(scratch)
+            done = sandbox.run_limited(argv, scratch, env, run.notebook_timeout, run.limits, watch=scratch)
+            if done.code == 0:
+                top = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    inputs = sandbox.read_regular(top, [judge.CASES_FILE], MAX_CASES)
+                    truth = json.loads(sandbox.read_regular(top, [TRUTH], MAX_CASES))
+                finally:
+                    os.close(top)
+                wrong = sorted({str(t.get("cell")) for t in truth} - tests)
+                if len(json.loads(inputs)) != len(truth) or wrong:
+                    raise SystemExit(f"grade: the hidden cases of {run.lab} ({name}.ipynb's {CASES_FUNCTION}) "
+                                     f"name cells that are no test cells: {', '.join(wrong)}")
+                return inputs, truth
+            if host_failure(done) is None:
+                break
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    tail = done.output[-3000:] if done else ""
+    raise SystemExit(f"grade: the hidden cases of {run.lab} could not be made (solutions/{run.lab}/{name}.ipynb "
+                     f"up to its {CASES_FUNCTION}, exit {done.code if done else '?'}):\n{tail}")
+
+
+def make_cases_here(cells_file: str) -> None:
+    """The cases job's own code (make_cases), in its sandbox: run the cells, then hidden_cases(draw);
+    write the inputs (judge.CASES_FILE) and each case's cell and expected answer (TRUTH)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    for i, cell in enumerate(json.loads(Path(cells_file).read_text())):
+        if not shell.run_cell(cell).success:  # its traceback is printed
+            raise SystemExit(f"make_cases: code cell {i} of the source failed")
+    inputs, truth = [], []
+    for case in shell.user_ns[CASES_FUNCTION](judge.rng()):
+        inputs.append(case[0])
+        truth.append({"cell": case[1], **({"expect": judge.plain(case[2])} if len(case) > 2 else {})})
+    Path(judge.CASES_FILE).write_text(json.dumps(inputs))
+    Path(TRUTH).write_text(json.dumps(truth))
+
+
+def assign_cases(records: dict[str, list[dict]], truth: list[dict]) -> None:
+    """The reference's records of one notebook ({grade id: records}) judged as the cases' truth
+    says, in place: a record of case i (judge.record's `case`) counts only in the test cell case i
+    belongs to, everywhere else judged=False (so every test cell can run the student's code on all
+    cases, and the kernel never learns which case is which cell's); there the reference's value must
+    be the expected answer, when the case has one. Raises ValueError when the reference gets a case
+    wrong or a case is recorded in no cell of its own."""
+    seen = set()
+    for gid, items in records.items():
+        for item in items:
+            case = item.get("case")
+            if case is None:
+                continue
+            if not isinstance(case, int) or not 0 <= case < len(truth):
+                raise ValueError(f"{gid} recorded {item.get('name')!r} for case {case!r} of {len(truth)}")
+            mine = truth[case]["cell"] == gid
+            item["judged"] = item.get("judged") is not False and mine
+            if not mine:
+                continue
+            seen.add(case)
+            if "expect" in truth[case] and (why := judge.verdict([{**item, "value": truth[case]["expect"]}], [item])):
+                raise ValueError(f"{gid} got the hidden case {case} wrong: {why}")
+    missing = sorted(set(range(len(truth))) - seen)
+    if missing:
+        raise ValueError(f"no test cell recorded the hidden case(s) {missing} in the cell each belongs to")
 
 
 def grade_one(st: Student, run: Run) -> Student:
@@ -464,7 +596,7 @@ def _autograde(run: Run, scratch: Path, sid: str, notebooks: dict[str, dict], ke
     home, khome = scratch / "home", scratch / "kernel-home"
     for d in (home, khome, scratch / "runtime", scratch / "share", scratch / "autograded"):
         d.mkdir()
-    env = job_env(scratch, run.cell_timeout, run.seed)
+    env = job_env(scratch, run.cell_timeout, None if run.cases else run.seed)
     argv = [str(BIN / "nbgrader"), "autograde", lab, f"--student={sid}", "--force"]
     if run.sandboxed:
         graded = scratch / "autograded" / sid / lab
@@ -493,17 +625,27 @@ def reference(run: Run) -> None:
     """Run the lab's source (the solution, hidden tests included) through the grader once, and keep
     what its test cells recorded as every student's reference (dpc_runtime.judge), in the
     template. Cached in the course (or the folder DPC_REFERENCES names), keyed by a hash of the
-    notebooks, of the judge's code and of the run's seed (the hidden tests' cases)."""
+    notebooks, of the judge's and grader's code and of the run's seed (the hidden tests' cases).
+    A lab with hidden cases made outside the kernel (run.cases): they are made first (make_cases),
+    go beside the notebook in the template (the reference and every student run on those inputs)
+    and are cached with the records, which say which cell judges each case (assign_cases)."""
     lab = run.lab
     sources = {n: (run.template / "source" / lab / f"{n}.ipynb").read_bytes() for n in sorted(run.release)}
     key = hashlib.sha256(f"seed {run.seed}\0".encode())
     for name, data in sources.items():
         key.update(name.encode() + b"\0" + data)
-    for module in (judge, nbgrader_hooks):
-        key.update(Path(module.__file__ or "").read_bytes())
+    for path in (judge.__file__, nbgrader_hooks.__file__, __file__):
+        key.update(Path(path or "").read_bytes())
     folder = Path(os.environ.get("DPC_REFERENCES") or run.course.root / "references")
     cached = folder / f"{lab}-{key.hexdigest()[:16]}.json"
-    if not cached.exists():
+    cached_cases = cached.with_name(f"{cached.stem}.cases.json")
+    beside = run.template / "source" / lab / judge.CASES_FILE
+    if not cached.exists() or (run.cases and not cached_cases.exists()):
+        truth: list[dict] | None = None
+        if run.cases:
+            inputs, truth = make_cases(run, run.cases)
+            beside.write_bytes(inputs)
+
         def keep(scratch: Path, done: sandbox.Outcome, host: str | None) -> None:
             records = scratch / "records.json"
             failed = (None if done.code == 0 else f"{host} on all {RETRIES + 1} tries" if host
@@ -520,7 +662,23 @@ def reference(run: Run) -> None:
                                  f"its own tests: {failed or 'no records'}\n{done.output[-3000:]}")
             cached.parent.mkdir(parents=True, exist_ok=True)
             tmp = cached.with_name(f"{cached.name}.{uuid.uuid4().hex[:6]}")
-            gradebook.say_refused(sandbox.copy_regular(records, tmp), "grade: the reference's records")
+            if truth is not None and run.cases:
+                top = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    saved = json.loads(sandbox.read_regular(top, ["records.json"], MAX_CASES))
+                finally:
+                    os.close(top)
+                try:
+                    assign_cases(saved.get(run.cases, {}), truth)
+                except ValueError as err:
+                    raise SystemExit(f"grade: the reference solution of {lab} (solutions/{lab}) does not pass "
+                                     f"its own hidden cases: {err}") from None
+                tmp.write_text(json.dumps(saved))
+                cases_tmp = cached_cases.with_name(f"{cached_cases.name}.{uuid.uuid4().hex[:6]}")
+                cases_tmp.write_bytes(beside.read_bytes())
+                cases_tmp.replace(cached_cases)  # before the records: they mark the pair complete
+            else:
+                gradebook.say_refused(sandbox.copy_regular(records, tmp), "grade: the reference's records")
             tmp.replace(cached)  # two runs computing it at once: either's whole file
 
         retried: list[str] = []
@@ -528,6 +686,8 @@ def reference(run: Run) -> None:
                lambda scratch: nbgrader_hooks.job_config(record_to=scratch / "records.json"), keep, retried)
         for cause in retried:
             print(f"grade: the reference of {lab} was graded again: {cause}", file=sys.stderr)
+    elif run.cases:
+        gradebook.say_refused(sandbox.copy_regular(cached_cases, beside), "grade: the hidden cases")
     gradebook.say_refused(sandbox.copy_regular(cached, run.template / REFERENCE), "grade: the reference's records")
 
 

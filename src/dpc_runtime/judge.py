@@ -27,12 +27,16 @@ from typing import Any
 MIME = "application/vnd.dpc.record+json"
 ARRAY_LIMIT = 1 << 20  # elements one recorded array may have
 SEED_VARIABLE = "DPC_GRADE_SEED"  # set by the grader (dpc_instructor.grade): one seed per grading run
+# Beside a lab notebook whose hidden cases the grader makes outside the kernel (a locked cell
+# defining hidden_cases(draw); dpc_instructor.grade.make_cases): the cases' inputs, and only those.
+CASES_FILE = "hidden-cases.json"
 
 
 def seed() -> int:
     """The seed of this grading run's hidden test cases: DPC_GRADE_SEED, which the grader sets for
     the reference and every student alike (a new one each run, unless --seed names it), else 0 (the
-    solution notebooks' own runs)."""
+    solution notebooks' own runs, and every kernel of a lab whose hidden cases the grader makes
+    outside it: there the seed never enters the student's process)."""
     value = os.environ.get(SEED_VARIABLE, "0")
     if not value.isdigit():
         raise ValueError(f"{SEED_VARIABLE} must be a non-negative integer, not {value!r}")
@@ -89,13 +93,16 @@ STATS = ("mean", "spread", "column_means")  # what the judge may compute from a 
 def record(name: str, value: Any, *, rtol: float = 1e-5, atol: float = 1e-6,
            at_least: float | None = None, at_most: float | None = None,
            differs_from: str | None = None, same_as: str | None = None,
-           stat: str | None = None, judged: bool = True) -> None:
+           stat: str | None = None, judged: bool = True, case: int | None = None) -> None:
     """Show the grader `value` under `name`, checked outside the kernel (the labs' test cells).
 
     By default the value must be close to the reference's. `at_least`/`at_most`: a bound instead;
     `same_as`/`differs_from` (an earlier record's name): within atol of that record's value, or
     not; `stat`: the judge first reduces the raw value (STATS: "mean", "spread" = max - min,
     "column_means" of a table); `judged=False`: compared with nothing, only named by later records.
+    `case`: the value is the answer for the grader's hidden case number `case` (CASES_FILE); the
+    grader judges it only in the test cell that case belongs to (which the kernel is never told:
+    dpc_instructor.grade.assign_cases), in every other cell it counts as judged=False.
     """
     from IPython.display import display
 
@@ -103,7 +110,7 @@ def record(name: str, value: Any, *, rtol: float = 1e-5, atol: float = 1e-6,
         raise ValueError(f"record: stat must be one of {STATS}, not {stat!r}")
     item = {"name": name, "value": plain(value), "rtol": rtol, "atol": atol, "at_least": at_least,
             "at_most": at_most, "differs_from": differs_from, "same_as": same_as, "stat": stat,
-            "judged": judged, "line": _cell_line()}
+            "judged": judged, "case": case, "line": _cell_line()}
     display({MIME: item, "text/plain": f"(recorded for the grader: {name})"}, raw=True)
 
 
