@@ -239,3 +239,226 @@ def test_keras_epoch_timer_one_time_per_epoch(monkeypatch):
     assert len(timer.times) == 3
     assert all(t > 0 for t in timer.times)
     assert statistics.fmean(timer.times) < 30
+
+
+# --- is the machine calm enough to time a comparison? ------------------------------------------
+#
+# Every figure comes from fake /proc and cgroup files and fake calibration times: nothing here
+# depends on how busy the machine running the tests is.
+
+from helpers.timing import (  # noqa: E402
+    CALIBRATION_LIMIT,
+    LOAD_LIMIT,
+    SPREAD_LIMIT,
+    STEAL_LIMIT,
+    Calibration,
+    MachineCheck,
+    MachineWatch,
+    cpu_quota,
+    usable_cores,
+)
+
+TICK = __import__("os").sysconf("SC_CLK_TCK")
+
+
+def fake_proc(tmp_path, *, cgroup="0::/user.slice/kernel\n", load="0.30 0.20 0.10 1/300 4242", cpus=2,
+              busy=0, steal=0):
+    """A /proc with self/cgroup, loadavg and stat (busy and stolen CPU-seconds since boot) under tmp_path."""
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True, exist_ok=True)
+    (proc / "self" / "cgroup").write_text(cgroup)
+    (proc / "loadavg").write_text(load + "\n")
+    per = [f"cpu{i} 0 0 0 0 0 0 0 0 0 0" for i in range(cpus)]
+    total = f"cpu  {int(busy * TICK)} 0 0 {10**6} 0 0 0 {int(steal * TICK)} 0 0"
+    (proc / "stat").write_text("\n".join([total, *per, "intr 0", "ctxt 0"]) + "\n")
+    return proc
+
+
+def cgroup_file(root, path, name, text):
+    folder = root.joinpath(*[p for p in path.split("/") if p])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def watch_around(tmp_path, *, need=2, loop_times=(0.010,) * 10, affinity=2, wall=10.0, own=0.0,
+                 after=None, calibration=None, **before):
+    """Run a MachineWatch over fake files: `before` describes /proc at start(), `after` at stop()."""
+    proc = fake_proc(tmp_path, **before)
+    clock, cpu = FakeClock(), {"s": 50.0}
+    times = iter(loop_times)
+    watch = MachineWatch(need, proc=proc, cgroup_root=tmp_path / "cgroup", affinity=affinity,
+                         calibration=calibration or Calibration(loop=lambda: next(times)),
+                         clock=clock, own_cpu=lambda: cpu["s"]).start()
+    clock.now += wall
+    cpu["s"] += own
+    fake_proc(tmp_path, **{**before, **(after or {})})
+    return watch.stop()
+
+
+def test_relative_spread():
+    assert helpers.relative_spread([]) == 0.0
+    assert helpers.relative_spread([0.1]) == 0.0
+    assert helpers.relative_spread([1.0, 1.0, 1.0]) == 0.0
+    # quartiles (inclusive) of 1..5 are 2 and 4, the median 3
+    assert helpers.relative_spread([5.0, 1.0, 3.0, 2.0, 4.0]) == pytest.approx(2 / 3)
+
+
+def test_cpu_quota_cgroup_v2(tmp_path):
+    root = tmp_path / "cgroup"
+    proc = fake_proc(tmp_path, cgroup="0::/user.slice/jupyter-ada\n")
+    assert cpu_quota(proc, root) is None  # no cpu.max anywhere: unlimited
+    cgroup_file(root, "/user.slice/jupyter-ada", "cpu.max", "max 100000\n")
+    assert cpu_quota(proc, root) is None
+    cgroup_file(root, "/user.slice/jupyter-ada", "cpu.max", "150000 100000\n")
+    assert cpu_quota(proc, root) == pytest.approx(1.5)
+    cgroup_file(root, "/user.slice", "cpu.max", "100000 100000\n")  # a parent's quota binds the child
+    assert cpu_quota(proc, root) == pytest.approx(1.0)
+
+
+def test_cpu_quota_cgroup_v1(tmp_path):
+    root = tmp_path / "cgroup"
+    proc = fake_proc(tmp_path, cgroup="4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/\n")
+    cgroup_file(root, "/cpu,cpuacct/docker/abc", "cpu.cfs_period_us", "100000\n")
+    cgroup_file(root, "/cpu,cpuacct/docker/abc", "cpu.cfs_quota_us", "-1\n")
+    assert cpu_quota(proc, root) is None
+    cgroup_file(root, "/cpu,cpuacct/docker/abc", "cpu.cfs_quota_us", "200000\n")
+    assert cpu_quota(proc, root) == pytest.approx(2.0)
+    # inside a container the path may not exist below the mount: its root's files count
+    proc = fake_proc(tmp_path, cgroup="3:cpu,cpuacct:/not/here\n")
+    cgroup_file(root, "/cpu", "cpu.cfs_period_us", "50000\n")
+    cgroup_file(root, "/cpu", "cpu.cfs_quota_us", "75000\n")
+    assert cpu_quota(proc, root) == pytest.approx(1.5)
+
+
+def test_usable_cores_is_the_smaller_of_affinity_and_quota(tmp_path):
+    root = tmp_path / "cgroup"
+    proc = fake_proc(tmp_path, cgroup="0::/k\n")
+    assert usable_cores(proc, root, affinity=4) == 4.0
+    cgroup_file(root, "/k", "cpu.max", "150000 100000\n")
+    assert usable_cores(proc, root, affinity=4) == 1.5
+    assert usable_cores(proc, root, affinity=1) == 1.0
+    assert usable_cores(proc, root) <= 1.5  # this machine's affinity, capped by the fake quota
+
+
+def test_calibration_keeps_its_best_and_returns_the_median():
+    times = iter([0.03, 0.01, 0.02, 0.05, 0.04, 0.02, 0.02, 0.02, 0.02, 0.02])
+    cal = Calibration(loop=lambda: next(times))
+    seen = []
+    assert cal.run(between=lambda: seen.append(1)) == pytest.approx(0.03)
+    assert (cal.best, len(seen)) == (0.01, 5)
+    assert cal.run() == pytest.approx(0.02)
+    assert cal.best == 0.01
+
+
+def test_a_real_calibration_loop_takes_a_moment():
+    cal = Calibration()
+    assert 0 < cal.run(repeat=1) < 5
+    assert cal.best > 0
+
+
+def test_calm_machine(tmp_path):
+    check = watch_around(tmp_path, busy=1000, after={"busy": 1004, "load": "0.50 0.2 0.1 1/300 1"}, own=4.0)
+    assert check == MachineCheck(cores=2.0, cpus=2, load=0.5, running=0, others=0.0, steal=0.0, calibration=1.0,
+                                 need=2, spread=None)
+    assert check.calm and check.reasons == ()
+    line = check.line("the overlap comparison")
+    assert line == ("machine: 2 cores for this kernel, load 0.5, others want 0.0 of 2 CPUs, "
+                    "calibration 1.0x its best: calm enough for the overlap comparison")
+
+
+def test_loaded_machine(tmp_path):
+    # 9 runnable threads (the reader is one), and others kept 1.8 CPUs busy over the 10 s: 22 s of
+    # the machine's busy time, 4 of them ours.
+    check = watch_around(tmp_path, load="7.20 6.0 5.0 9/300 1", busy=1000, after={"busy": 1022}, own=4.0,
+                         loop_times=[0.010] * 5 + [0.023] * 5)
+    assert (check.running, check.others, check.load) == (8, pytest.approx(1.8), 7.2)
+    assert check.calibration == pytest.approx(2.3)
+    assert not check.calm
+    assert check.reasons == ("other work wanted 8.0 of the 2 CPUs", "a fixed loop ran 2.3x slower than its best")
+    line = check.line("the overlap comparison", more="more repeats (STEPS=20)")
+    assert line.startswith("machine: 2 cores for this kernel, load 7.2, others want 8.0 of 2 CPUs, "
+                           "calibration 2.3x its best: too busy for the overlap comparison (")
+    assert line.endswith("); rerun with more repeats (STEPS=20) when the machine is calmer, "
+                         "or read the model's prediction")
+    assert "\n" not in line
+
+
+def test_others_count_only_what_this_process_did_not_spend(tmp_path):
+    # the machine was busy 15 s of 10 s wall time, and all of it was ours (kernel and ranks): calm
+    check = watch_around(tmp_path, busy=500, after={"busy": 515}, own=15.0, need=2)
+    assert check.others == 0.0 and check.calm
+
+
+def test_quota_limited_kernel(tmp_path):
+    cgroup_file(tmp_path / "cgroup", "/user.slice/jupyter-ada", "cpu.max", "150000 100000\n")
+    check = watch_around(tmp_path, cgroup="0::/user.slice/jupyter-ada\n", affinity=16, cpus=16, need=2)
+    assert check.cores == 1.5
+    assert check.reasons == ("1.5 cores for 2 ranks",)
+    assert check.line("the overlap comparison").startswith("machine: 1.5 cores for this kernel, load 0.3")
+    assert watch_around(tmp_path, affinity=1, need=2).reasons[0] == "1 core for 2 ranks"
+    # one rank fits
+    assert watch_around(tmp_path, cgroup="0::/user.slice/jupyter-ada\n", affinity=16, cpus=16, need=1).calm
+
+
+def test_steal(tmp_path):
+    # the hypervisor took 1 s of the 11 s the machine's CPUs wanted to run
+    check = watch_around(tmp_path, busy=100, steal=20, after={"busy": 110, "steal": 21}, own=10.0)
+    assert check.steal == pytest.approx(1 / 11)
+    assert check.reasons == ("the hypervisor stole 9% of the CPU time",)
+    assert "steal 9%, " in check.line("x")
+
+
+def test_spread_of_the_repeats(tmp_path):
+    check = watch_around(tmp_path)
+    assert check.with_spread(0.1).calm
+    noisy = check.with_spread(0.4)
+    assert noisy.reasons == ("the repeats spread 40% around their median",)
+    assert noisy.cores == check.cores
+
+
+def test_thresholds_sit_where_the_comment_says():
+    base = dict(cores=2.0, cpus=4, load=0.0, running=0.0, others=0.0, steal=0.0, calibration=1.0, need=2)
+    assert MachineCheck(**{**base, "calibration": CALIBRATION_LIMIT}).calm
+    assert not MachineCheck(**{**base, "calibration": CALIBRATION_LIMIT + 0.01}).calm
+    assert MachineCheck(**{**base, "steal": STEAL_LIMIT}).calm
+    assert not MachineCheck(**{**base, "steal": STEAL_LIMIT + 0.01}).calm
+    assert MachineCheck(**{**base, "others": 4 * LOAD_LIMIT - 2}).calm
+    assert not MachineCheck(**{**base, "others": 4 * LOAD_LIMIT - 1.9}).calm
+    assert MachineCheck(**{**base, "spread": SPREAD_LIMIT}).calm
+    assert not MachineCheck(**{**base, "spread": SPREAD_LIMIT + 0.01}).calm
+
+
+def test_watch_as_a_context_manager(tmp_path):
+    times = iter([0.01] * 10)
+    with MachineWatch(1, proc=fake_proc(tmp_path), cgroup_root=tmp_path / "cg", affinity=2,
+                      calibration=Calibration(loop=lambda: next(times))) as watch:
+        assert watch.result is None
+    assert watch.result is not None and watch.result.calm
+
+
+def test_stop_before_start_raises(tmp_path):
+    with pytest.raises(RuntimeError, match=r"stop\(\) called before start\(\)"):
+        MachineWatch(proc=fake_proc(tmp_path)).stop()
+
+
+def test_without_proc_or_cgroups_the_watch_still_answers(tmp_path):
+    # macOS has no /proc: the affinity alone, no quota, nothing known of others, the calibration still timed
+    times = iter([0.01] * 10)
+    check = MachineWatch(1, proc=tmp_path / "none", cgroup_root=tmp_path / "none", affinity=4,
+                         calibration=Calibration(loop=lambda: next(times)), own_cpu=lambda: 0.0).start().stop()
+    assert (check.cores, check.running, check.others, check.steal, check.calibration) == (4.0, 0, 0.0, 0.0, 1.0)
+    assert check.cpus >= 1 and check.calm
+
+
+def test_the_real_machine_gives_figures():
+    check = MachineWatch(need=1).start().stop()  # its verdict depends on the machine: only its shape here
+    assert check.cores > 0 and check.cpus >= 1 and check.calibration >= 1.0
+    assert check.line("a comparison").startswith("machine: ")

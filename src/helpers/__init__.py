@@ -1,9 +1,10 @@
 """The students' library, the lesson: what the chapters call, each function naming the chapter that teaches it.
 
 Devices and timing (chapter 0), data (chapters 1-2), towers (chapter 4), the ring (chapter 5), DDP and
-SyncBN (chapter 7), several machines (chapter 8), elastic restarts (chapter 10). The plumbing a chapter
-calls (launching workers, quiet output) lives in the runtime, `dpc_runtime`, and is re-exported here so
-that a notebook only ever writes `import helpers`.
+SyncBN (chapter 7), several machines (chapter 8), elastic restarts (chapter 10), whether the machine is
+calm enough to time a comparison (chapters 8, 11). The plumbing a chapter calls (launching workers, quiet
+output) lives in the runtime, `dpc_runtime`, and is re-exported here so that a notebook only ever writes
+`import helpers`.
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from .devices import DeviceError, Inventory, TorchPlan, cpu_cores, inventory, tf
 from .profiling import busy_per_window, named_ranges
 from .timing import (
     EpochClock,
+    MachineCheck,
+    MachineWatch,
     ScalingRow,
     Timer,
     format_table,
@@ -27,18 +30,20 @@ from .timing import (
     measure,
     plot_breakdown,
     plot_speedup,
+    relative_spread,
     scaling_table,
     speedup_table,
     throughput,
+    usable_cores,
 )
 
 __all__ = [
     "DeviceError", "EpochClock", "Inventory", "LaunchError", "LaunchResult", "ScalingRow",
     "SlowSource", "Timer", "WhoLoads", "TorchPlan", "busy_per_window", "cpu_cores", "digits",
     "format_table", "free_port", "harmless", "import_tensorflow", "inventory", "keras_epoch_timer", "launch",
-    "load_images", "measure", "named_ranges", "plot_breakdown", "plot_speedup", "quiet_env",
-    "quiet_stderr", "scaling_table", "sh", "speedup_table", "synthetic_images", "tf_devices",
-    "tf_pipeline_ops", "throughput", "torch_plan", "worker",
+    "load_images", "MachineCheck", "MachineWatch", "measure", "named_ranges", "plot_breakdown", "plot_speedup",
+    "quiet_env", "quiet_stderr", "relative_spread", "scaling_table", "sh", "speedup_table", "synthetic_images",
+    "tf_devices", "tf_pipeline_ops", "throughput", "torch_plan", "usable_cores", "worker",
 ]
 
 

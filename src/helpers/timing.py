@@ -1,10 +1,14 @@
-"""Time things: a timer, throughput, per-epoch clocks, speed-up tables and a speed-up plot (chapters 1, 2, 8)."""
+"""Time things: a timer, throughput, per-epoch clocks, speed-up tables and a speed-up plot (chapters 1, 2, 8),
+and whether the machine is calm enough to time a comparison at all (chapters 8, 11)."""
 from __future__ import annotations
 
+import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 
@@ -172,3 +176,237 @@ def plot_breakdown(labels: Sequence[str], parts: Mapping[str, Sequence[float]], 
     ax.set_title(title)
     ax.legend(loc="lower right")
     return ax
+
+
+# --- Is the machine calm enough to time a comparison? (chapters 8, 11) ---------------------------
+#
+# A comparison of two timings (overlap against after, 2 ranks against 1) holds only if nothing else
+# took the cores in between. On a shared node the kernel may have fewer cores than it has ranks, and
+# classmates' jobs come and go. The thresholds below say when a difference of the size the chapters
+# compare (tens of per cent) can no longer be told from what the machine did.
+
+CALIBRATION_WORK = 300_000  # iterations of the fixed pure-Python loop: about 15 ms on a laptop core
+CALIBRATION_LIMIT = 1.5  # the loop ran 1.5x slower than its best: a third of our core went to someone else
+LOAD_LIMIT = 1.25  # (other runnable threads + our ranks) per CPU: past 1.25, every thread waits a fifth of the time
+STEAL_LIMIT = 0.05  # share of the CPU time our VM wanted that the hypervisor gave away: past 5 %, our clock runs, we do not
+SPREAD_LIMIT = 0.25  # the repeats' spread (interquartile range / median): past 25 %, differences of that size are noise
+
+
+def relative_spread(values: Sequence[float]) -> float:
+    """Interquartile range over the median of repeated timings, 0.0 for fewer than two (chapters 8, 11)."""
+    if len(values) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return (q3 - q1) / statistics.median(values)
+
+
+def cpu_quota(proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """Cores the cgroup CPU quota of this process allows (v2 cpu.max, v1 cfs quota), None if unlimited (chapters 8, 11).
+
+    The quota of a cgroup also binds every cgroup inside it, so the smallest one from this process's
+    cgroup up to the root counts."""
+    quotas: list[float] = []
+    table = proc / "self" / "cgroup"
+    for entry in table.read_text().splitlines() if table.is_file() else []:  # none on macOS
+        _, controllers, path = entry.split(":", 2)
+        files: tuple[str, ...]
+        if controllers == "":  # v2: the unified hierarchy
+            places, files = [cgroup_root], ("cpu.max",)
+        elif "cpu" in controllers.split(","):  # v1: the cpu controller's own hierarchy
+            places, files = [cgroup_root / controllers, cgroup_root / "cpu"], ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        for top in dict.fromkeys(places):
+            for depth in range(len(parts), -1, -1):  # this cgroup, then its parents
+                folder = top.joinpath(*parts[:depth])
+                if not all((folder / f).is_file() for f in files):
+                    continue
+                if files == ("cpu.max",):
+                    quota, period = (folder / "cpu.max").read_text().split()[:2]
+                else:
+                    quota, period = ((folder / f).read_text().strip() for f in files)
+                if quota not in ("max", "-1"):
+                    quotas.append(int(quota) / int(period))
+    return min(quotas) if quotas else None
+
+
+def usable_cores(proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup"),
+                 affinity: int | None = None) -> float:
+    """Cores this process may use: the CPUs it may run on (affinity), capped by its cgroup's quota (chapters 8, 11)."""
+    if affinity is None:
+        affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = cpu_quota(proc, cgroup_root)
+    return float(affinity) if quota is None else min(float(affinity), quota)
+
+
+def _loadavg(proc: Path) -> tuple[float, int]:
+    """The 1-minute load average and the threads runnable right now (this reader included; 1 where unknown)."""
+    if not (proc / "loadavg").is_file():  # macOS: the load, but no count of runnable threads
+        return (os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0), 1
+    fields = (proc / "loadavg").read_text().split()
+    return float(fields[0]), int(fields[3].split("/")[0])
+
+
+def _stat(proc: Path) -> tuple[int, float, float]:
+    """The machine's CPUs, and its busy and stolen CPU-seconds since boot, from /proc/stat (zeros where absent)."""
+    if not (proc / "stat").is_file():
+        return os.cpu_count() or 1, 0.0, 0.0
+    lines = (proc / "stat").read_text().splitlines()
+    cpus = sum(1 for ln in lines if ln.startswith("cpu") and ln[3:4].isdigit())
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in lines[0].split()[1:9])
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return cpus, (user + nice + system + irq + softirq) / tick, steal / tick
+
+
+def _own_cpu_seconds() -> float:
+    """CPU-seconds of this process and of its children that ended (the ranks it launched)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _time_loop(work: int = CALIBRATION_WORK) -> float:
+    """Seconds a fixed pure-Python loop of work iterations takes."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(work):
+        total += i * i % 7
+    return time.perf_counter() - start
+
+
+class Calibration:
+    """A fixed pure-Python loop, timed; it remembers its best time in this process (chapters 8, 11)."""
+
+    def __init__(self, loop: Callable[[], float] = _time_loop) -> None:
+        self.loop = loop
+        self.best = math.inf
+
+    def run(self, repeat: int = 5, between: Callable[[], None] | None = None) -> float:
+        """Time the loop repeat times (calling between() before each); return the median, keep the best."""
+        times = []
+        for _ in range(repeat):
+            if between is not None:
+                between()
+            times.append(self.loop())
+        self.best = min(self.best, *times)
+        return statistics.median(times)
+
+
+CALIBRATION = Calibration()  # the kernel's own: its best time is the best this process has seen
+
+
+def _cores(n: float) -> str:
+    return f"{n:g} core" + ("" if n == 1 else "s")
+
+
+@dataclass(frozen=True)
+class MachineCheck:
+    """What the machine did around a measurement, and whether a timing comparison can be trusted (chapters 8, 11).
+
+    cores: cores this kernel may use (affinity and cgroup quota); cpus: the machine's CPUs; load: the
+    1-minute load average (shown, not judged: it lags a minute and counts this notebook's own ranks);
+    running: other threads runnable right now (median of samples, the worst of before and after);
+    others: CPUs other processes kept busy during the measurement on average (the machine's busy time
+    less this kernel's and its ranks'); the larger of running and others is what other work wants;
+    steal: share of the CPU time the machine wanted that its hypervisor gave to other VMs;
+    calibration: the fixed loop's time over its best in this process; need: cores the measurement
+    wants to itself; spread: the repeats' relative spread, if the measurement gave one."""
+
+    cores: float
+    cpus: int
+    load: float
+    running: float
+    others: float
+    steal: float
+    calibration: float
+    need: float
+    spread: float | None = None
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Why the machine was too busy for a comparison; empty when it was calm."""
+        found = []
+        if self.cores < self.need:
+            found.append(f"{_cores(self.cores)} for {self.need:g} ranks")
+        busy = max(self.running, self.others)
+        if (busy + self.need) / self.cpus > LOAD_LIMIT:
+            found.append(f"other work wanted {busy:.1f} of the {self.cpus} CPUs")
+        if self.steal > STEAL_LIMIT:
+            found.append(f"the hypervisor stole {self.steal:.0%} of the CPU time")
+        if self.calibration > CALIBRATION_LIMIT:
+            found.append(f"a fixed loop ran {self.calibration:.1f}x slower than its best")
+        if self.spread is not None and self.spread > SPREAD_LIMIT:
+            found.append(f"the repeats spread {self.spread:.0%} around their median")
+        return tuple(found)
+
+    @property
+    def calm(self) -> bool:
+        """True when no figure says the machine was too busy."""
+        return not self.reasons
+
+    def with_spread(self, spread: float) -> MachineCheck:
+        """The same figures with the measurement's relative spread (relative_spread of its repeats)."""
+        return replace(self, spread=spread)
+
+    def line(self, what: str, more: str = "more repeats") -> str:
+        """One line for the student: the figures, then calm, or too busy with why and what to do."""
+        figures = (f"machine: {_cores(self.cores)} for this kernel, load {self.load:.1f}, "
+                   f"others want {max(self.running, self.others):.1f} of {self.cpus} CPUs, "
+                   + (f"steal {self.steal:.0%}, " if self.steal >= 0.01 else "")
+                   + f"calibration {self.calibration:.1f}x its best")
+        if self.calm:
+            return f"{figures}: calm enough for {what}"
+        return (f"{figures}: too busy for {what} ({'; '.join(self.reasons)}); rerun with {more} "
+                "when the machine is calmer, or read the model's prediction")
+
+
+class MachineWatch:
+    """Watch the machine around a measurement: `watch = MachineWatch(need=2).start()`, measure, `watch.stop()` (chapters 8, 11).
+
+    Also `with MachineWatch(need=2) as watch: ...`, then `watch.result`. start() and stop() each time
+    a fixed loop a few times and sample the load; stop() returns a MachineCheck."""
+
+    def __init__(self, need: float = 1, *, proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup"),
+                 affinity: int | None = None, calibration: Calibration | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 own_cpu: Callable[[], float] = _own_cpu_seconds) -> None:
+        self.need, self.proc, self.cgroup_root, self.affinity = need, proc, cgroup_root, affinity
+        self.calibration = CALIBRATION if calibration is None else calibration
+        self.clock, self.own_cpu = clock, own_cpu
+        self.result: MachineCheck | None = None
+        self._before: tuple[float, float, float, float, float, float] | None = None
+
+    def _sample(self) -> tuple[float, float]:
+        """The calibration's median and the median number of other runnable threads, sampled between its runs."""
+        running: list[int] = []
+        loop = self.calibration.run(between=lambda: running.append(_loadavg(self.proc)[1] - 1))
+        return loop, statistics.median(running)
+
+    def start(self) -> MachineWatch:
+        """Read the machine's counters and calibrate, before the measurement; returns the watch."""
+        loop, running = self._sample()
+        _, busy, steal = _stat(self.proc)
+        self._before = (loop, running, self.clock(), busy, steal, self.own_cpu())
+        return self
+
+    def stop(self, spread: float | None = None) -> MachineCheck:
+        """Read the counters and calibrate again, after the measurement; the verdict over the whole interval."""
+        if self._before is None:
+            raise RuntimeError("MachineWatch.stop() called before start()")
+        loop0, running0, wall0, busy0, steal0, own0 = self._before
+        loop1, running1 = self._sample()
+        cpus, busy1, steal1 = _stat(self.proc)
+        wall, own = max(self.clock() - wall0, 1e-9), self.own_cpu() - own0
+        spent = (busy1 - busy0) + (steal1 - steal0)
+        self.result = MachineCheck(
+            cores=usable_cores(self.proc, self.cgroup_root, self.affinity), cpus=max(cpus, 1),
+            load=_loadavg(self.proc)[0], running=max(running0, running1, 0.0),
+            others=max(0.0, (busy1 - busy0 - own) / wall), steal=(steal1 - steal0) / spent if spent > 0 else 0.0,
+            calibration=max(loop0, loop1) / self.calibration.best, need=self.need, spread=spread)
+        return self.result
+
+    def __enter__(self) -> MachineWatch:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
