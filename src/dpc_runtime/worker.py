@@ -50,9 +50,10 @@ TORCH_MIN = (2, 6)
 # 1.13 has (2.13 deprecates those): start() gives an older torch the new names (chapter 9).
 NEW_NAMES = {"reduce_scatter_single": "reduce_scatter_tensor", "all_gather_single": "all_gather_into_tensor"}
 
-__all__ = ["DEVICES", "DONE", "NEW_NAMES", "TORCH_MIN", "check_torch", "collective_names", "PROTOCOL_DIR", "RANK_DEVICE", "RESULT", "START", "TAGS", "Frame", "Placement",
-           "Worker", "backend_for", "finish", "parse_line", "placement", "place", "report", "slurm_first_host", "slurm_place", "slurm_tasks_per_node",
-           "start", "stuck_at", "where_now"]
+__all__ = ["DEVICES", "DONE", "NEW_NAMES", "PROTOCOL_DIR", "RANK_DEVICE", "RESULT", "START", "TAGS",
+           "TORCH_MIN", "Frame", "Placement", "Worker", "backend_for", "check_torch", "collective_names",
+           "finish", "parse_line", "place", "placement", "report", "slurm_first_host", "slurm_place",
+           "slurm_tasks_per_node", "start", "stuck_at", "where_now"]
 
 Frame = tuple[str, int, str]  # (file, line, function) of a Python stack frame
 
