@@ -15,7 +15,7 @@ OUT ?= grades.csv
 COURSE ?= build/course
 JOBS ?=
 
-.PHONY: help setup horovod lab lint test labs grade grades feedback check solutions bench soak clean release class-env classroom-test classroom-fairness
+.PHONY: help setup horovod lab lint test labs grade grades report feedback check solutions bench soak clean release class-env classroom-test classroom-fairness
 
 help:
 	@echo "make lab    set up (first time only) and open JupyterLab on the course's start page"
@@ -26,6 +26,8 @@ help:
 	@echo "make grade SUBMISSIONS=dir LAB=... [JOBS=N] [COURSE=build/course] [OUT=grades.csv]"
 	@echo "            autograde a folder of submissions, N at a time, sandboxed, into the course gradebook"
 	@echo "make grades [COURSE=...] [OUT=course-grades.csv]   the whole course as one CSV"
+	@echo "make report [COURSE=...] [OUT=build/report]   the instructor's report, one HTML page and PNG plots:"
+	@echo "            per lab scores, test cells' pass rates, frequent failures, late; one line per student"
 	@echo "make feedback [COURSE=...]   one HTML page per student and lab (hidden tests removed)"
 	@echo "make check LAB=01-input-pipeline   run a lab as the grader would; exit 1 if a test fails"
 	@echo "make solutions [SOLUTIONS_ARGS=--ci]   run every course and solution notebook on this"
@@ -81,6 +83,10 @@ grade: setup
 
 grades: setup
 	$(PY) -m dpc_instructor.gradebook export --course "$(COURSE)" --out "$(if $(filter command line,$(origin OUT)),$(OUT),course-grades.csv)"
+
+# `make report [COURSE=build/course] [OUT=build/report]`: OUT/index.html (src/dpc_instructor/report.py).
+report: setup
+	$(PY) -m dpc_instructor.report --course "$(COURSE)" --out "$(if $(filter command line,$(origin OUT)),$(OUT),build/report)"
 
 feedback: setup
 	$(PY) -m dpc_instructor.gradebook feedback --course "$(COURSE)"
