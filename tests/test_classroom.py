@@ -141,6 +141,9 @@ def test_a_start_removes_what_an_earlier_killed_run_left() -> None:
     subprocess.run(["useradd", "--no-create-home", name], check=True)
     hub = subprocess.Popen(["sleep", "600"], env={**os.environ, classroom.RUN_MARKER: tag})  # stands for its hub
     try:
+        end = time.monotonic() + 60  # until it has exec'd: before, /proc shows the parent's environment
+        while hub.pid not in marked(classroom.RUN_MARKER, tag) and time.monotonic() < end:
+            time.sleep(0.05)
         assert classroom.leftovers().get(tag) == [name]
         said = classroom.clean_leftovers()
         assert any(f"run {tag}: userdel --remove {name}: exit 0" in line for line in said), said

@@ -40,7 +40,10 @@ task = int(os.environ["SLURM_PROCID"])
 Path(os.environ["DPC_TEST_PIDDIR"], f"{task}-{os.getpid()}").touch()
 print("task", task, "of", os.environ["SLURM_NTASKS"], "local", os.environ["SLURM_LOCALID"],
       "node", os.environ["SLURM_NODEID"], flush=True)
-if sys.argv[1] == "crash" and task == 1:
+if sys.argv[1] == "crash" and task == 1:  # once task 0 runs too (under load it may start seconds later)
+    end = time.monotonic() + 60
+    while not list(Path(os.environ["DPC_TEST_PIDDIR"]).glob("0-*")) and time.monotonic() < end:
+        time.sleep(0.05)
     raise SystemExit("task 1 fails on purpose")
 if sys.argv[1] in ("crash", "hang"):
     time.sleep(600)
