@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -89,9 +89,8 @@ def owned_by(uids: set[int]) -> list[int]:
     return found
 
 
-def _kill_all(find: object, say: list[str], what: str) -> None:
+def _kill_all(find: Callable[[], list[int]], say: list[str], what: str) -> None:
     """SIGTERM, then SIGKILL, whatever find() returns, until it returns nothing (bounded)."""
-    assert callable(find)
     for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
         pids = find()
         if not pids:
