@@ -39,7 +39,6 @@ import pwd
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -53,7 +52,9 @@ import test_release
 from gradekit import ROOT
 from traitlets.config import Config
 
+from dpc_maintainer.classroom import port_open
 from dpc_runtime import check
+from dpc_runtime.launch import free_port
 
 LAB = "01-input-pipeline"
 BENCH = "ring_allreduce"
@@ -374,19 +375,6 @@ def test_a_benchmark_runs_from_the_release(places: dict[str, Place], where: str)
     done = place.run(f'make bench BENCH={BENCH} BENCH_ARGS="--quick --nprocs 2 --repeat 1"', timeout=600)
     assert done.returncode == 0 and "RATIO ring/gloo" in done.stdout, done.stdout[-3000:]
     assert (place.folder / "build" / "bench" / f"{BENCH}.json").is_file()
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nobody listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_open(port: int) -> bool:
-    """Whether something listens on loopback's port."""
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_the_readme_gets_the_course_on_a_shared_machine(built: Path, scratch: Path) -> None:

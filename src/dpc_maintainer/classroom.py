@@ -53,7 +53,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpc_runtime.reaper import Guard, Plan, clean, marked
+from dpc_runtime.launch import free_port
+from dpc_runtime.reaper import Guard, Plan, clean, marked, owned_by
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build" / "classroom"
@@ -132,13 +133,6 @@ class Timeline:
 # ---------------------------------------------------------------- small tools
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def port_open(port: int) -> bool:
     """True when something accepts connections on 127.0.0.1:port."""
     with socket.socket() as s:
@@ -192,24 +186,6 @@ class Account:
     uid: int = 0
     gid: int = 0
     filled: bool = True  # a student who fills the answers (the other hands in the lab unfilled)
-
-
-def processes_of(uids: set[int]) -> list[int]:
-    """Pids of live processes owned by any of uids."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            st = (d / "status").read_text()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in st.splitlines() if ":" in line)
-        if fields.get("State", "").strip().startswith("Z"):
-            continue
-        if int(fields.get("Uid", "-1 -1").split()[1]) in uids:
-            found.append(int(d.name))
-    return found
 
 
 # ---------------------------------------------------------------- the class
@@ -528,17 +504,17 @@ class Classroom:
                 os.killpg(git.pid, signal.SIGKILL)
                 git.wait()
         uids = {a.uid for a in self.made_users if a.uid}
-        left = processes_of(uids)
+        left = owned_by(uids)
         if left:
             problems.append(f"processes of the class still running after the hub stopped: {left} (killed)")
             for pid in left:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
-        while processes_of(uids) and time.monotonic() < deadline:
+        while owned_by(uids) and time.monotonic() < deadline:
             time.sleep(0.1)  # the kernel reaping what was killed (a deadline)
-        if processes_of(uids):
-            problems.append(f"processes of the class survive SIGKILL: {processes_of(uids)}")
+        if owned_by(uids):
+            problems.append(f"processes of the class survive SIGKILL: {owned_by(uids)}")
         for a in self.made_users:
             p = subprocess.run(["userdel", "--remove", a.name], capture_output=True, text=True)
             if p.returncode not in (0, 12):  # 12: mail spool missing, the rest is removed
@@ -1078,8 +1054,9 @@ def main(argv: list[str] | None = None) -> int:
     for line in clean_leftovers():  # an earlier run killed with its guardian (a reboot, kill -9 of both)
         print(f"classroom: left by an earlier run, removed: {line}", flush=True)
     if a.clean:
-        print(f"classroom: clean: {len(leftovers())} run(s) left")
-        return 0 if not leftovers() else 1
+        left = leftovers()
+        print(f"classroom: clean: {len(left)} run(s) left")
+        return 0 if not left else 1
     if a.fairness and a.lab == DEFAULT_LAB and not os.environ.get("CLASSROOM_LAB"):
         a.lab = FAIRNESS_LAB
     labs = sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_dir()) if a.lab == "all" else [a.lab]

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpc_runtime.reaper import Guard
+from dpc_runtime.reaper import Guard, marked
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "DPC_CLUSTER_ID"
@@ -279,18 +279,7 @@ class Cluster:
 
     def marked(self) -> list[int]:
         """Pids of live processes that carry this cluster's marker (daemons, job steps, tasks)."""
-        found = []
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit() or int(proc.name) == os.getpid():
-                continue
-            try:
-                environ = (proc / "environ").read_bytes()
-                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if f"{MARKER}={self.id}".encode() in environ.split(b"\0") and state != "Z":
-                found.append(int(proc.name))
-        return found
+        return marked(MARKER, self.id)
 
     def down(self) -> None:
         """Cancel every job, stop every daemon's process group, kill any process left with the marker."""
