@@ -219,6 +219,13 @@ def test_torch_plan_tiers(monkeypatch, gpus, n, devices, want):
     assert helpers.torch_plan(n, devices=devices, verbose=False) == want
 
 
+def test_torch_plan_for_gloo_by_name_on_a_gpu_per_rank_is_the_cpu(monkeypatch):
+    # What the launch then does: one GPU per rank leaves the GPUs visible, and start("gloo") hides them.
+    monkeypatch.setattr(helpers.devices, "torch_gpus", lambda: ["NVIDIA H100"] * 2)
+    for devices in ("auto", "gpu"):
+        assert helpers.torch_plan(2, backend="gloo", devices=devices, verbose=False) == TorchPlan(2, "gloo", "cpu")
+
+
 def test_torch_plan_says_why_one_gpu_is_not_used(monkeypatch, capsys):
     monkeypatch.setattr(helpers.devices, "torch_gpus", lambda: ["NVIDIA H100"])
     helpers.torch_plan(2)

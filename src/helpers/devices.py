@@ -179,8 +179,8 @@ def torch_plan(n: int, *, backend: str = "auto", devices: str = "auto", verbose:
     if backend == "nccl" and where.backend != "nccl":
         raise DeviceError(f"backend='nccl' with devices={devices!r}: NCCL needs one GPU per rank; "
                           "use devices='auto'")
-    if backend == "gloo" and where.backend == "nccl":  # gloo asked for on one GPU per rank
-        where = placement(n, gpus, "gpu") if devices == "gpu" else placement(n, gpus, "cpu")
+    if backend == "gloo" and where.backend == "nccl":  # gloo asked for on one GPU per rank: a CPU rank
+        where = placement(n, gpus, "cpu")  # (start('gloo') hides the GPUs unless the launch shares them)
     if where.device_type == "cpu" and n > MAX_SIMULATED:
         raise DeviceError(f"asked for {n} gloo ranks; the course runs at most {MAX_SIMULATED} "
                           f"CPU ranks ({cpu_cores()} cores here): ask for fewer")
