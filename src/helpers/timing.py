@@ -11,6 +11,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .devices import cpu_cores
+
 
 class Timer:
     """Record several running times; use `with timer:` or start()/stop() (chapter 1)."""
@@ -235,7 +237,7 @@ def usable_cores(proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/c
                  affinity: int | None = None) -> float:
     """Cores this process may use: the CPUs it may run on (affinity), capped by its cgroup's quota (chapters 8, 11)."""
     if affinity is None:
-        affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        affinity = cpu_cores()
     quota = cpu_quota(proc, cgroup_root)
     return float(affinity) if quota is None else min(float(affinity), quota)
 
