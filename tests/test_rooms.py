@@ -89,3 +89,20 @@ def test_every_module_of_the_lesson_names_its_chapters():
     for path in sorted((SRC / "helpers").glob("*.py")):
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
         assert re.search(r"\b[Cc]hapters? \d+|chapters\b", doc), f"src/helpers/{path.name}: say which chapter it serves"
+
+
+# Modules that also run in an environment other than the course's: the classroom's browser phase runs in the
+# hub's (JupyterHub, Playwright; src/dpc_setup/hub.sh), the guardian with whatever python started the run.
+OUTSIDE_THE_COURSE_ENV = ("dpc_maintainer.classroom", "dpc_runtime.reaper")
+
+
+@pytest.mark.parametrize("module", OUTSIDE_THE_COURSE_ENV)
+def test_a_module_run_outside_the_course_environment_imports_without_its_packages(module):
+    import subprocess
+    import sys
+
+    # -S: no site-packages, so no psutil, torch or playwright; the module must still import (it takes those
+    # where it uses them). This is the failure CI saw: the browser phase died on `import psutil`.
+    out = subprocess.run([sys.executable, "-S", "-c", f"import {module}"], env={"PYTHONPATH": str(SRC)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]

@@ -53,7 +53,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpc_runtime.launch import free_port
+# Only the standard library and the stdlib-only reaper at the top: the browser phase runs this module in the
+# hub's environment (Playwright, no psutil or torch); the harness takes the launcher's names where it uses them.
 from dpc_runtime.reaper import Guard, Plan, clean, marked, owned_by
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,6 +215,8 @@ class Classroom:
                          for i in range(1, students + 1)]
         self.instructor = Account(f"dpc-instructor-{self.tag}", secrets.token_urlsafe(12),
                                   f"/home/dpc-instructor-{self.tag}")
+        from dpc_runtime.launch import free_port  # the course's environment only (psutil): see the imports
+
         self.ports = {"hub": free_port(), "hub-api": free_port(), "proxy-api": free_port(), "git": free_port()}
         self.cgroup = f"dp-course-hub-{self.tag}"
         self.exchange = Path(tempfile.mkdtemp(prefix=f"dpc-exchange-{self.tag}-"))
