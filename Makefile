@@ -25,6 +25,7 @@ help:
 	@echo "make labs   regenerate labs/ (student copies) from solutions/"
 	@echo "make grade SUBMISSIONS=dir LAB=... [JOBS=N] [COURSE=build/course] [OUT=grades.csv]"
 	@echo "            autograde a folder of submissions, N at a time, sandboxed, into the course gradebook"
+	@echo "            (SLURM=1 [SLURM_ARGS=\"--partition=P --account=A\"]: one SLURM task per student; again resumes)"
 	@echo "make grades [COURSE=...] [OUT=course-grades.csv]   the whole course as one CSV"
 	@echo "make report [COURSE=...] [OUT=build/report]   the instructor's report, one HTML page and PNG plots:"
 	@echo "            per lab scores, test cells' pass rates, frequent failures, late; one line per student"
@@ -79,7 +80,7 @@ labs: setup
 
 grade: setup
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=dir [LAB=$(LAB)] [OUT=$(OUT)]"; exit 2; }
-	$(PY) -m dpc_instructor.grade "$(SUBMISSIONS)" --lab "$(LAB)" --out "$(OUT)" --course "$(COURSE)" $(if $(JOBS),--jobs $(JOBS)) $(if $(DISK_MB),--disk-mb $(DISK_MB)) $(if $(PARAMETERS),--parameters $(PARAMETERS))
+	$(PY) -m dpc_instructor.grade "$(SUBMISSIONS)" --lab "$(LAB)" --out "$(OUT)" --course "$(COURSE)" $(if $(JOBS),--jobs $(JOBS)) $(if $(DISK_MB),--disk-mb $(DISK_MB)) $(if $(PARAMETERS),--parameters $(PARAMETERS)) $(if $(SLURM),--slurm $(SLURM_ARGS))
 
 grades: setup
 	$(PY) -m dpc_instructor.gradebook export --course "$(COURSE)" --out "$(if $(filter command line,$(origin OUT)),$(OUT),course-grades.csv)"

@@ -20,11 +20,12 @@ import pytest
 # Files that take minutes (each grades a lab in several notebooks, or runs a chapter), longest first
 # (seconds each in a make test on a 2-core machine, 2026-11-25: classroom 328, lab 7 238, lab 1 205,
 # test_launch 149, lab 6 146, lab 9 146, lab 5 134, class grading 122, intake 69, lab 2 67, release
-# 66, chapters 7/10/6/8 50-66 each, cluster 55, lab 4 51; lab 10, added later, 313 alone); the
+# 66, chapters 7/10/6/8 50-66 each, cluster 55, lab 4 51; lab 10, added later, 313 alone; grading over
+# SLURM, later still, 680 at load 10); the
 # classroom first of all: it builds the class environment (make class-env) that test_release uses.
 FIRST = ("tests/test_classroom.py",) + tuple(f"tests/test_grading_{name}.py" for name in (
     "10_failure_diagnosis", "07_ddp_syncbn", "01_input_pipeline", "06_horovod", "09_zero", "05_ring_allreduce",
-    "class")) + (
+    "class", "spread")) + (
     "tests/test_launch.py",) + tuple(f"tests/test_grading_{name}.py" for name in (
     "intake", "02_mirrored_strategy", "04_manual_towers")) + (
     "tests/test_grading_", "tests/test_release.py", "build/nbtest/", "tests/test_cluster.py",

@@ -20,7 +20,7 @@ ALLOWED = {
     "dpc_runtime": set(),
     "dpc_setup": {"dpc_runtime", "helpers"},
     "dpc_instructor": {"dpc_runtime"},
-    "dpc_maintainer": {"dpc_runtime", "dpc_instructor", "helpers"},
+    "dpc_maintainer": {"dpc_runtime", "dpc_instructor", "helpers", "dpc_setup"},
 }
 SHIPPED = ("helpers", "dpc_runtime", "dpc_setup")
 

@@ -499,18 +499,14 @@ def grade_one(st: Student, run: Run) -> Student:
         return _grade_one(st, run)
     except Exception as err:  # noqa: BLE001  (a malformed notebook must not stop the class)
         st.status = f"not graded: the grader could not process this submission ({type(err).__name__}: {err})"
-        with run.lock:
-            run.course.record(run.lab, st.id, None, st.status, st.notes, st.seconds, st.name, run.seed)
-        return st
+        return record(st, run, None)
 
 
 def _grade_one(st: Student, run: Run) -> Student:
     """Grade one student in a private course folder and sandbox, again when a try fails for the
     grading machine's reason (host_failure); add the result to the gradebook."""
     if st.status != "graded":
-        with run.lock:
-            run.course.record(run.lab, st.id, None, st.status, st.notes, 0.0, st.name, run.seed)
-        return st
+        return record(st, run, None)
     notebooks = {}
     for name, data in st.notebooks.items():
         nb, notes = repair(json.loads(data.decode("utf-8")), run.release[name])
@@ -713,9 +709,14 @@ def _grade_in(st: Student, run: Run, scratch: Path, done: sandbox.Outcome, host:
         why = (f"{host}, on all {RETRIES + 1} tries: the grading machine's failure, not the "
                f"submission's; grade again" if host else why_failed(out, code, run.limits))
         st.status = f"not graded: {why} (log: {log})"
+    return record(st, run, scratch if st.status == "graded" else None)
+
+
+def record(st: Student, run: Run, graded: Path | None) -> Student:
+    """Add st's grading to run.course (graded: the job folder it was graded in, None when it
+    was not), and take its score and points from there."""
     with run.lock:
-        recorded = run.course.record(run.lab, st.id, scratch if st.status == "graded" else None,
-                                     st.status, st.notes, st.seconds, st.name, run.seed)
+        recorded = run.course.record(run.lab, st.id, graded, st.status, st.notes, st.seconds, st.name, run.seed)
     if recorded:
         st.score, st.max_score, st.cells, by_hand = recorded
         if by_hand:
@@ -774,14 +775,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None,
                    help=f"seed of the hidden tests' cases (default: ${judge.SEED_VARIABLE}, else a new "
                         "one for this run); the same seed grades the same cases again")
+    s = p.add_argument_group("grading spread over a SLURM cluster (src/dpc_instructor/spread.py)")
+    s.add_argument("--slurm", action="store_true",
+                   help="one SLURM array task per student; the same command again resumes the run")
+    s.add_argument("--partition", default=None, help="sbatch --partition of the tasks")
+    s.add_argument("--account", default=None, help="sbatch --account of the tasks")
+    s.add_argument("--max-running", type=int, default=None, help="tasks of the array running at once")
+    s.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                   help="one more sbatch option for the tasks (repeat it), e.g. --sbatch=--mem=8G")
     a = p.parse_args(argv)
-    try:
-        seed = a.seed if a.seed is not None else (
-            judge.seed() if os.environ.get(judge.SEED_VARIABLE) else secrets.randbelow(1 << 31))
-    except ValueError as err:
-        raise SystemExit(f"grade: {err}") from None
-    if seed < 0:
-        raise SystemExit(f"grade: --seed must be a non-negative integer (got {seed})")
     sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]  # any name, any locale
     sandboxed = not sandbox.disabled()
     sandbox.require()
@@ -790,18 +792,46 @@ def main(argv: list[str] | None = None) -> int:
     if not students:
         raise SystemExit(f"grade: {a.submissions} holds no submissions")
     course = gradebook.Course(a.course or gradebook.DEFAULT)
+    spread_run = None
+    if a.slurm:
+        from dpc_instructor import spread  # it builds on this module
+
+        spread_run = spread.run_folder(course, a.lab, students)
+    try:
+        seed = (spread.seed_of(spread_run, a.seed) if spread_run else None)
+        if seed is None:
+            seed = a.seed if a.seed is not None else (
+                judge.seed() if os.environ.get(judge.SEED_VARIABLE) else secrets.randbelow(1 << 31))
+    except ValueError as err:
+        raise SystemExit(f"grade: {err}") from None
+    if seed < 0:
+        raise SystemExit(f"grade: --seed must be a non-negative integer (got {seed})")
+    with spread.only_one(spread_run) if spread_run else contextlib.nullcontext():
+        return _run(a, course, names, students, seed, sandboxed, spread_run)
+
+
+def _run(a: argparse.Namespace, course: gradebook.Course, names: list[str], students: list[Student], seed: int,
+         sandboxed: bool, spread_run: Path | None) -> int:
+    """main's grading run: the reference, then the students here or over SLURM (spread_run)."""
     jobs = a.jobs or default_jobs(a.lab, len(students))
-    print(f"grading {len(students)} submission(s) of {a.lab} into {course.root}, {jobs} at a time"
+    where = f"over SLURM ({spread_run})" if spread_run else f"{jobs} at a time"
+    print(f"grading {len(students)} submission(s) of {a.lab} into {course.root}, {where}"
           f"{'' if sandboxed else ' (NOT sandboxed)'}; hidden tests drawn with --seed {seed}")
     run = prepare(course, a.lab, names, a.cell_timeout, a.notebook_timeout, sandboxed, seed,
                   sandbox.Limits(disk=a.disk_mb << 20), a.parameters)
     start = time.monotonic()
     try:
-        with ThreadPoolExecutor(jobs) as pool:
-            for st in pool.map(lambda s: grade_one(s, run), students):
-                again = f", graded again {len(st.retried)}x" if st.retried else ""
-                print(f"  {st.name}: {st.score:g} / {st.max_score:g}  {st.status} ({st.seconds:.0f} s{again})",
-                      flush=True)
+        if spread_run:
+            from dpc_instructor import spread
+
+            options = spread.Options(a.partition, a.account, a.sbatch, a.max_running)
+            students = spread.grade_over_slurm(students, run, spread_run, options)
+        else:
+            with ThreadPoolExecutor(jobs) as pool:
+                for st in pool.map(lambda s: grade_one(s, run), students):
+                    again = f", graded again {len(st.retried)}x" if st.retried else ""
+                    print(f"  {st.name}: {st.score:g} / {st.max_score:g}  {st.status} ({st.seconds:.0f} s{again})",
+                          flush=True)
     finally:
         shutil.rmtree(run.template, ignore_errors=True)
     took = time.monotonic() - start
@@ -809,8 +839,14 @@ def main(argv: list[str] | None = None) -> int:
     retried = sum(bool(st.retried) for st in students)
     ungraded = sum(st.status.startswith("not graded") for st in students)
     print(f"graded {len(students)} in {took:.0f} s ({60 * len(students) / max(took, 1e-9):.2f} "
-          f"students/min at {jobs} job(s)); {retried} graded again after a failure of the grading "
-          f"machine, {ungraded} not graded; grades written to {a.out}")
+          f"students/min {'over SLURM' if spread_run else f'at {jobs} job(s)'}); {retried} graded again after a "
+          f"failure of the grading machine, {ungraded} not graded; grades written to {a.out}")
+    if spread_run and ungraded:
+        lost = sum("SLURM task ended without a result" in st.status for st in students)
+        if lost:
+            print(f"grade: {lost} student(s) not graded because their task ended without a result: run the "
+                  f"same command again to grade them (nobody is graded twice)", file=sys.stderr)
+            return 1
     return 0
 
 

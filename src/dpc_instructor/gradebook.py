@@ -39,6 +39,7 @@ DEFAULT = ROOT / "build" / "course"
 # nbgrader's files beside a submission (nbgrader's layout only), kept with it in the course: the time
 # handed in (late-submission rules) and the secret `nbgrader release_feedback` names feedback by.
 KEPT = ("timestamp.txt", "submission_secret.txt")
+KEEP_OUT = ("runs", "*.pt", "__pycache__")  # never kept in the course from a graded folder (Course.record)
 
 
 def nbgrader_course(folder: Path, lab: str, write_source: bool = True) -> None:
@@ -163,7 +164,7 @@ class Course:
                     dest = self.root / kind / student / lab
                     shutil.rmtree(dest, ignore_errors=True)
                     refused += [f"{kind}/{line}" for line in sandbox.copy_regular(
-                        scratch / kind / student / lab, dest, ignore=("runs", "*.pt", "__pycache__"))]
+                        scratch / kind / student / lab, dest, ignore=KEEP_OUT)]
                 if refused:
                     notes.append(f"not kept in the course (only folders and regular files are): "
                                  f"{'; '.join(refused)}")

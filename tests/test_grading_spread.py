@@ -1,0 +1,99 @@
+"""Grading spread over SLURM (src/dpc_instructor/spread.py, `grade --slurm`) on the course's real
+two-node test cluster (src/dpc_setup/cluster.py), as an instructor would run it.
+
+Six of lab 4's grading submissions (tests/test_grading_04_manual_towers.py: a correct one written
+differently, four typical mistakes, one that fights the tests) are graded once on this machine and
+once over the cluster with the same seed. Mid-way through the cluster run, node2 is taken down
+(`scontrol update ... state=down`, as an administrator or a failure does) while it grades a student:
+that command ends with exit 1 naming the students it could not grade; the node comes back; the same
+command again grades only those. The course then holds every student once, with the rows (points,
+status, seed) of the local run. Each task takes a whole node (--exclusive): one student per node.
+
+Skipped, with the reason, where no cluster or no sandbox can run (not root, no slurm-wlm/munge, no
+bubblewrap).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import test_grading_04_manual_towers as lab4
+from gradekit import grade_all
+
+from dpc_runtime import sandbox
+from dpc_setup import cluster as tool
+
+WHY = tool.unavailable() or sandbox.unavailable()
+if WHY:
+    pytest.skip(f"no SLURM cluster or sandbox here: {WHY}", allow_module_level=True)
+
+# The session's seed and reference cache (tests/conftest.py): lab 4's reference is run once for the suite.
+LIMITS = ("--cell-timeout", "60", "--notebook-timeout", "400", "--parameters", "ci")
+STUDENTS = {"correct": lab4.CORRECT, "transplanted": lab4.TRANSPLANTED, "summing": lab4.SUMMING,
+            "unweighted": lab4.UNWEIGHTED, "own-variables": lab4.OWN_VARIABLES, "tamper": lab4.TAMPERING}
+
+
+def rows(path: Path) -> dict[str, dict[str, str]]:
+    """The CSV's rows by student, without the notes (they name where a job ran)."""
+    with path.open(encoding="utf-8") as f:
+        return {r["student"]: {k: v for k, v in r.items() if k != "notes"} for r in csv.DictReader(f)}
+
+
+def on_node(c: tool.Cluster, node: str) -> bool:
+    """True when a task of a grading job is running on node."""
+    out = c.run("squeue", "-h", "-r", "-n", f"dpc-grade-{lab4.LAB}", "-t", "R", "-o", "%N", check=False)
+    return node in out.split()
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory) -> tuple[dict[str, dict[str, str]], Path]:
+    """The local run's rows, and its submissions (the cluster's run grades the same)."""
+    work = tmp_path_factory.mktemp("local")
+    grade_all(lab4.LAB, {s: {lab4.RELEASE.name: lab4.submission(a)} for s, a in STUDENTS.items()}, work,
+              cell_timeout=60, notebook_timeout=400)
+    return rows(work / "grades.csv"), work / "submissions"
+
+
+def test_a_class_graded_over_slurm_with_a_node_lost_mid_run_equals_the_local_run(local, tmp_path):
+    expected, submissions = local
+    course, out = tmp_path / "course", tmp_path / "grades.csv"
+    argv = [sys.executable, "-m", "dpc_instructor.grade", str(submissions), "--lab", lab4.LAB, "--out", str(out),
+            "--course", str(course), *LIMITS, "--slurm", "--sbatch=--exclusive"]
+    with tool.cluster() as c:
+        env = c.env  # and the session's DPC_GRADE_SEED and DPC_REFERENCES
+        first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        end = time.monotonic() + 900
+        while not on_node(c, "node2"):  # the event: a student is being graded on node2
+            assert first.poll() is None and time.monotonic() < end, "no task ever ran on node2"
+            time.sleep(0.5)
+        c.run("scontrol", "update", "nodename=node2", "state=down", "reason=dpc-test: a node lost mid-run")
+        said, _ = first.communicate(timeout=1800)
+        print(said)
+        assert first.returncode == 1, said
+        lost = [r["student"] for r in rows(out).values() if "SLURM task ended without a result" in r["status"]]
+        assert lost, said
+        assert f"{len(lost)} student(s) not graded because their task ended without a result" in said
+
+        # Back in service (ReturnToService=2 may have done it when its slurmd registered again).
+        c.run("scontrol", "update", "nodename=node2", "state=resume", check=False)
+        back = time.monotonic() + 300
+        while c.sinfo().get("node2") not in {"idle", "mix", "alloc"}:
+            assert time.monotonic() < back, f"node2 did not come back: {c.sinfo()}"
+            time.sleep(0.5)
+        second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+        print(second.stdout, second.stderr)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert f"{len(STUDENTS) - len(lost)} already graded, {len(lost)} submitted" in second.stdout
+        graded_again = [ln.split(":")[0].strip() for ln in second.stdout.splitlines() if " / 14 " in ln]
+        assert sorted(graded_again) == sorted(lost), "only the lost students are graded again"
+    assert rows(out) == expected
+    statuses = json.loads((course / "status.json").read_text())
+    assert sorted(statuses) == sorted(r["grader_id"] for r in expected.values())
+    assert all(s[lab4.LAB]["graded"] for s in statuses.values())
+    progress = json.loads(next((course / "spread").glob("*/progress.json")).read_text())
+    assert (progress["total"], progress["done"], progress["failed"]) == (len(STUDENTS), len(STUDENTS), 0)
