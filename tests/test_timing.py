@@ -462,3 +462,39 @@ def test_the_real_machine_gives_figures():
     check = MachineWatch(need=1).start().stop()  # its verdict depends on the machine: only its shape here
     assert check.cores > 0 and check.cpus >= 1 and check.calibration >= 1.0
     assert check.line("a comparison").startswith("machine: ")
+
+
+# --- measure_interleaved and fit_alpha_beta (chapters 1, 2, 5, 6) ------------------------------
+
+def test_measure_interleaved_warms_up_then_reverses_the_order_each_round():
+    calls: list[str] = []
+    variants = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
+    times = helpers.timing.measure_interleaved(variants, repeat=3, warmup=1)
+    assert calls == ["a", "b", "c"] + ["a", "b", "c"] + ["c", "b", "a"] + ["a", "b", "c"]
+    assert list(times) == ["a", "b", "c"] and all(len(t) == 3 and min(t) >= 0 for t in times.values())
+
+
+def test_measure_interleaved_takes_a_variants_own_time_when_it_returns_one():
+    times = helpers.timing.measure_interleaved({"own": lambda: 7.5, "timed": lambda: None}, repeat=2, warmup=0)
+    assert times["own"] == [7.5, 7.5]
+    assert all(0 <= t < 7.5 for t in times["timed"])
+
+
+def test_fit_alpha_beta_recovers_the_model_it_was_given():
+    alpha, beta, n = 30e-6, 1 / 2e9, 4
+    sizes = [2**20, 4 * 2**20, 16 * 2**20]
+    times = [2 * (n - 1) * alpha + 2 * (n - 1) / n * s * beta for s in sizes]
+    a, b = helpers.timing.fit_alpha_beta(sizes, times, n)
+    assert a == pytest.approx(alpha, rel=1e-6) and b == pytest.approx(beta, rel=1e-6)
+
+
+def test_fit_alpha_beta_never_negative_and_one_size_is_all_bandwidth():
+    # times that fall with size (noise) would give a negative slope: clipped to 0
+    a, b = helpers.timing.fit_alpha_beta([1e6, 2e6], [2e-3, 1e-3], 2)
+    assert a > 0 and b == 0.0
+    a, b = helpers.timing.fit_alpha_beta([1e6], [1e-3], 2)
+    assert a == 0.0 and b == pytest.approx(1e-3 / 1e6)
+    with pytest.raises(ValueError):
+        helpers.timing.fit_alpha_beta([1e6, 2e6], [1e-3], 2)
+    with pytest.raises(ValueError):
+        helpers.timing.fit_alpha_beta([1e6], [1e-3], 1)

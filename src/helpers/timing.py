@@ -1,5 +1,6 @@
-"""Time things: a timer, throughput, per-epoch clocks, speed-up tables and a speed-up plot (chapters 1, 2, 8),
-and whether the machine is calm enough to time a comparison at all (chapters 8, 11)."""
+"""Time things: a timer, throughput, per-epoch clocks, interleaved repeats, speed-up tables and a speed-up plot
+(chapters 1, 2, 8), an α-β fit of all-reduce times (chapters 5, 6), and whether the machine is calm enough to
+time a comparison at all (chapters 1, 2, 5, 6, 8, 11)."""
 from __future__ import annotations
 
 import math
@@ -9,9 +10,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .devices import cpu_cores
+
+_K = TypeVar("_K")
 
 
 class Timer:
@@ -58,6 +61,41 @@ def throughput(samples: int, seconds: float) -> float:
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, got {seconds}")
     return samples / seconds
+
+
+def measure_interleaved(variants: Mapping[_K, Callable[[], Any]], *, repeat: int = 3,
+                        warmup: int = 1) -> dict[_K, list[float]]:
+    """Time variants in rounds, each round's order the reverse of the last, after warmup rounds (chapters 1, 2).
+
+    Returns {name: seconds of each round}. Interleaved, a burst of other work hits every variant alike.
+    A variant that returns a float reports its own time (an epoch timer's); any other is timed around
+    the call."""
+    names = list(variants)
+    for _ in range(warmup):
+        for name in names:
+            variants[name]()
+    times: dict[_K, list[float]] = {name: [] for name in names}
+    for r in range(repeat):
+        for name in names if r % 2 == 0 else names[::-1]:
+            start = time.perf_counter()
+            got = variants[name]()
+            took = time.perf_counter() - start
+            times[name].append(float(got) if isinstance(got, float) else took)
+    return times
+
+
+def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], n: int) -> tuple[float, float]:
+    """α (seconds per message) and β (seconds per byte) of ring all-reduce times on n ranks (chapters 5, 6).
+
+    The model T = 2(n-1)·α + 2(n-1)/n·S·β, fitted by least squares over the sizes S; neither below 0."""
+    if n < 2 or len(nbytes) != len(seconds) or not nbytes:
+        raise ValueError(f"fit_alpha_beta needs n >= 2 and one time per size, got n={n}, "
+                         f"{len(nbytes)} sizes, {len(seconds)} times")
+    if len(set(nbytes)) < 2:  # one size: all of it is bandwidth
+        slope, intercept = statistics.mean(seconds) / statistics.mean(nbytes), 0.0
+    else:
+        slope, intercept = statistics.linear_regression(list(map(float, nbytes)), list(map(float, seconds)))
+    return max(intercept, 0.0) / (2 * (n - 1)), max(slope, 0.0) / (2 * (n - 1) / n)
 
 
 def measure(fn: Callable[[], Any], *, repeat: int = 3, warmup: int = 1) -> list[float]:
@@ -180,7 +218,7 @@ def plot_breakdown(labels: Sequence[str], parts: Mapping[str, Sequence[float]], 
     return ax
 
 
-# --- Is the machine calm enough to time a comparison? (chapters 8, 11) ---------------------------
+# --- Is the machine calm enough to time a comparison? (chapters 1, 2, 5, 6, 8, 11) --------------
 #
 # A comparison of two timings (overlap against after, 2 ranks against 1) holds only if nothing else
 # took the cores in between. On a shared node the kernel may have fewer cores than it has ranks, and
@@ -195,7 +233,7 @@ SPREAD_LIMIT = 0.25  # the repeats' spread (interquartile range / median): past 
 
 
 def relative_spread(values: Sequence[float]) -> float:
-    """Interquartile range over the median of repeated timings, 0.0 for fewer than two (chapters 8, 11)."""
+    """Interquartile range over the median of repeated timings, 0.0 for fewer than two (chapters 1, 2, 5, 6, 8, 11)."""
     if len(values) < 2:
         return 0.0
     q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
@@ -235,7 +273,7 @@ def cpu_quota(proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgro
 
 def usable_cores(proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup"),
                  affinity: int | None = None) -> float:
-    """Cores this process may use: the CPUs it may run on (affinity), capped by its cgroup's quota (chapters 8, 11)."""
+    """Cores this process may use: the CPUs it may run on (affinity), capped by its cgroup's quota (chapters 1, 2, 5, 6, 8, 11)."""
     if affinity is None:
         affinity = cpu_cores()
     quota = cpu_quota(proc, cgroup_root)
@@ -303,7 +341,7 @@ def _cores(n: float) -> str:
 
 @dataclass(frozen=True)
 class MachineCheck:
-    """What the machine did around a measurement, and whether a timing comparison can be trusted (chapters 8, 11).
+    """What the machine did around a measurement, and whether a timing comparison can be trusted (chapters 1, 2, 5, 6, 8, 11).
 
     cores: cores this kernel may use (affinity and cgroup quota); cpus: the machine's CPUs; load: the
     1-minute load average (shown, not judged: it lags a minute and counts this notebook's own ranks);
@@ -363,7 +401,7 @@ class MachineCheck:
 
 
 class MachineWatch:
-    """Watch the machine around a measurement: `watch = MachineWatch(need=2).start()`, measure, `watch.stop()` (chapters 8, 11).
+    """Watch the machine around a measurement: `watch = MachineWatch(need=2).start()`, measure, `watch.stop()` (chapters 1, 2, 5, 6, 8, 11).
 
     Also `with MachineWatch(need=2) as watch: ...`, then `watch.result`. start() and stop() each time
     a fixed loop a few times and sample the load; stop() returns a MachineCheck."""
