@@ -21,14 +21,29 @@ the source, so that edit costs nothing.
            where the do-nothing step copies it from. Every test cell's recorded values are compared
            outside the kernel (and the step test runs the student's step before the single-device
            one): 0 of 8.
+  peeker - does no work where an answer can be read off (issue 36): the rate and the accuracy are a
+           float `want` found in a calling frame (before issue 36 the hidden rate test and both
+           accuracy tests computed `want` before calling the student's function; the hidden cases
+           were drawn in the kernel from the seed in its environment), the visible rates are the
+           ones the test's messages give; its input function is the reference's but fails if the
+           kernel holds the grading seed, its step the reference's. The hidden cases are now made
+           outside the kernel (the source's locked `hidden_cases`, dpc_instructor.grade.make_cases)
+           and no frame holds an answer: it loses the rate and accuracy tests, keeps the other 5.
+
+What the judge cannot rule out here: the visible cases are fixed (their answers are in checks.json),
+so a visible part can be passed by looking the answer up; each test cell's points also need its
+hidden part. The hidden cases' inputs name their test ("lr", "step", "accuracy"): that is what the
+inputs show anyway, and no answer.
 """
 from __future__ import annotations
 
 import pytest
-from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill
 
 LAB = "02-mirrored-strategy"
 RELEASE = ROOT / "labs" / LAB / "mirrored-strategy.ipynb"
+SOURCE = ROOT / "solutions" / LAB / "mirrored-strategy.ipynb"
+REFERENCE = reference_answers(SOURCE, ("lab02-input", "lab02-train-step"))
 
 
 INPUT = '''def make_dataset_fn(arrays, global_batch):
@@ -159,11 +174,43 @@ def distributed_train_step(strategy, model, optimizer, batch):  # traced by tf.f
     return hits / total if total else 0.0''',
 }
 
+# Answers read off the test's frames (issue 36); the reference's input function, failing if the
+# kernel has the grading seed, and the reference's step.
+PEEKER = {
+    "lab02-input": '''import os
+import sys
+
+
+def _wanted():
+    """A float `want` in a frame above the caller (a test's expected answer), else None."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("want"), float):
+            return frame.f_locals["want"]
+        frame = frame.f_back
+    return None
+
+
+''' + REFERENCE["lab02-input"].replace(
+        '"""A dataset_fn for strategy.distribute_datasets_from_function: per-replica batches of `arrays`."""',
+        'assert "DPC_GRADE_SEED" not in os.environ, "the kernel holds the grading seed"'),
+    "lab02-lr": '''def scaled_learning_rate(base_lr, base_batch, per_replica, strategy):
+    seen = _wanted()
+    if seen is not None:
+        return seen
+    return {(0.1, 32, 32): 0.4, (0.1, 256, 32): 0.025}.get((base_lr, base_batch, per_replica), 0.0)''',
+    "lab02-train-step": REFERENCE["lab02-train-step"],
+    "lab02-accuracy": '''def distributed_accuracy(strategy, model, dist_dataset):
+    seen = _wanted()
+    return 0.0 if seen is None else seen''',
+}
+assert "DPC_GRADE_SEED" in PEEKER["lab02-input"] and "def make_dataset_fn" in PEEKER["lab02-input"]
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
-    subs = [("alternative", ALTERNATIVE), ("wrong", WRONG), ("tamper", TAMPERING)]
+    subs = [("alternative", ALTERNATIVE), ("wrong", WRONG), ("tamper", TAMPERING), ("peeker", PEEKER)]
     students = {s: {name: fill(RELEASE, a)} for s, a in subs}
     # TensorFlow's import alone can take half a minute on a busy 2-core box: a generous default.
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=90,
@@ -187,3 +234,29 @@ def test_typical_mistakes_lose_exactly_their_points(graded):
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "8"), row
+
+
+def test_answers_read_off_the_tests_frames_get_no_points_and_the_kernel_has_no_seed(graded):
+    """The rate and accuracy tests hold no answer in any frame above the student's function (the
+    hidden cases come from outside the kernel); the input function, which fails if the kernel holds
+    the grading seed, keeps its points, and so does the step."""
+    row = graded["peeker"]
+    assert row["status"] == "graded", row
+    assert lost(row) == {"lab02-test-lr", "lab02-test-accuracy"}, row
+    assert row["score"] == "5", row
+
+
+def test_the_hidden_cases_are_made_before_any_answer():
+    """The grader makes lab 2's hidden cases outside the kernel, from a locked cell that comes
+    before every answer and test cell (the cases job runs no student's code)."""
+    import json
+
+    from dpc_instructor import grade
+    from dpc_runtime import notebook
+
+    nb = json.loads(SOURCE.read_text())
+    at = grade.cases_cell(nb)
+    assert at is not None and notebook.grade_id(nb["cells"][at]) == "lab02-cases"
+    assert not any(notebook.nbgrader(c).get("solution") or notebook.nbgrader(c).get("grade")
+                   for c in nb["cells"][:at])
+    assert not any("rng()" in notebook.source(c) for c in nb["cells"][at + 1:])

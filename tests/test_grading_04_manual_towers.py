@@ -23,14 +23,33 @@ Five submissions keep it cheap (each grading run starts TensorFlow with 4 logica
   tamper   - does no work and fights the tests from inside the kernel (gradekit.TAMPER, plus the
              harness's max_abs_diff made to see no difference): 0 of 14, every test cell's
              recorded values are compared outside the kernel.
+  peeker   - no greedy placement (issue 36): the visible placements the test's messages give, every
+             other one from the hidden test's own `reference_placement` if the notebook defines it
+             (before issue 36 the hidden placement test defined it in the kernel before calling
+             place_variables, and the balance test ran after it), else round-robin; its tower step
+             is the correct one but fails if the kernel holds the grading seed. The hidden
+             placements are now drawn outside the kernel (the source's locked `hidden_cases`,
+             dpc_instructor.grade.make_cases) and no reference is in the kernel: it loses the two
+             placement tests of exercise 1 and keeps the step's 10 points. The run's seed is one at
+             which round-robin is wrong for a drawn placement (grading_seed).
+
+What the judge cannot rule out here: the visible cases are fixed (their answers are in the test's
+messages and checks.json); the split and device tests (forward passes per tower, the device of each
+gradient) observe objects inside the kernel, which the code they measure could fake (CONTRIBUTING).
 """
 from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
 
 import pytest
 from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill
 
 LAB = "04-manual-towers"
 RELEASE = ROOT / "labs" / LAB / "manual-towers.ipynb"
+SOURCE = ROOT / "solutions" / LAB / "manual-towers.ipynb"
 
 PLACE = '''def place_variables(shapes, n_devices):
     import heapq
@@ -184,6 +203,55 @@ def tower_step(model, optimizer, x, y, devices, sizes=None, clip_norm=None):
     return tf.constant(0.0)''',
 }
 
+# The placements read off (issue 36), else round-robin; the correct step, failing if the kernel has the seed.
+PEEKER = {
+    "lab04-place-variables": '''def place_variables(shapes, n_devices):
+    known = {(((20, 32), (32,), (32, 5), (5,)), 2): [0, 1, 1, 1], (((1,), (), (2, 2)), 2): [1, 1, 0],
+             (((3,), (2, 2), (3,)), 4): [1, 0, 2]}  # the visible cases: their answers are in the messages
+    key = (tuple(tuple(s) for s in shapes), n_devices)
+    if key in known:
+        return known[key]
+    reference = globals().get("reference_placement")
+    if reference is not None:
+        return reference(shapes, n_devices)
+    return [i % n_devices for i in range(len(shapes))]''',
+    "lab04-tower-step": "import os\n\n" + STEP.replace(
+        "    n = len(devices)\n",
+        '    assert "DPC_GRADE_SEED" not in os.environ, "the kernel holds the grading seed"\n    n = len(devices)\n', 1),
+}
+assert "DPC_GRADE_SEED" in PEEKER["lab04-tower-step"], "the mutation must apply"
+
+
+def hidden_placements(seed: int) -> list[tuple[list[tuple], int]]:
+    """The (shapes, devices) of the hidden placement cases the grader draws at seed: the lab's own
+    hidden_cases (its locked cell lab04-cases) with numpy's generator of seed."""
+    import numpy as np
+
+    cell = next("".join(c["source"]) for c in json.loads(SOURCE.read_text())["cells"] if c.get("id") == "lab04-cases")
+    space: dict = {"json": json, "Path": Path}
+    exec(cell, space)
+    return [([tuple(s) for s in case["shapes"]], case["devices"])
+            for case, cell_id in space["hidden_cases"](np.random.default_rng(seed)) if cell_id == "lab04-test-place"]
+
+
+def greedy(shapes: list[tuple], n: int) -> list[int]:
+    """Largest first, each on the least loaded device (the lowest index on a tie)."""
+    sizes = [math.prod(s) for s in shapes]
+    load, out = [0] * n, [0] * len(shapes)
+    for i in sorted(range(len(shapes)), key=lambda i: -sizes[i]):
+        d = load.index(min(load))
+        out[i], load[d] = d, load[d] + sizes[i]
+    return out
+
+
+def grading_seed() -> int:
+    """The session's seed of the hidden cases, or the next one at which round-robin is wrong for one
+    of the drawn placements (so that the peeker's score says only whether it found a reference)."""
+    seed = int(os.environ["DPC_GRADE_SEED"])
+    while all(greedy(shapes, n) == [i % n for i in range(len(shapes))] for shapes, n in hidden_placements(seed)):
+        seed += 1
+    return seed
+
 
 def submission(answers: dict[str, str]) -> dict:
     """The student copy with the answer cells filled in."""
@@ -195,10 +263,11 @@ def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {s: {name: submission(a)} for s, a in [
         ("correct", CORRECT), ("transplanted", TRANSPLANTED), ("summing", SUMMING),
-        ("unweighted", UNWEIGHTED), ("own-variables", OWN_VARIABLES), ("tamper", TAMPERING)]}
+        ("unweighted", UNWEIGHTED), ("own-variables", OWN_VARIABLES), ("tamper", TAMPERING),
+        ("peeker", PEEKER)]}
     # Generous limits: five TensorFlow start-ups on a shared 2-core box.
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=60,
-                     notebook_timeout=400)
+                     notebook_timeout=400, args=("--seed", str(grading_seed())))
 
 
 def test_correct_submission_gets_full_marks(graded):
@@ -238,3 +307,29 @@ def test_own_variables_per_tower_lose_only_the_shared_test(graded):
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "14"), row
+
+
+def test_placements_read_off_the_tests_get_no_points_and_the_kernel_has_no_seed(graded):
+    """No reference placement is in the kernel any more (the hidden cases come from outside it): the
+    peeker loses both placement tests; its step, which fails if the kernel holds the grading seed,
+    keeps its points."""
+    row = graded["peeker"]
+    assert row["status"] == "graded", row
+    assert lost(row) == {"lab04-test-place", "lab04-test-balance"}, row
+    assert row["score"] == "10", row
+
+
+def test_the_hidden_cases_are_made_before_any_answer():
+    """The grader makes lab 4's hidden placements outside the kernel, from a locked cell that comes
+    before every answer and test cell; the seed chosen for the grading run makes round-robin wrong."""
+    from dpc_instructor import grade
+    from dpc_runtime import notebook
+
+    nb = json.loads(SOURCE.read_text())
+    at = grade.cases_cell(nb)
+    assert at is not None and notebook.grade_id(nb["cells"][at]) == "lab04-cases"
+    assert not any(notebook.nbgrader(c).get("solution") or notebook.nbgrader(c).get("grade")
+                   for c in nb["cells"][:at])
+    assert not any("rng()" in notebook.source(c) or "reference_placement" in notebook.source(c)
+                   for c in nb["cells"][at + 1:])
+    assert any(greedy(shapes, n) != [i % n for i in range(len(shapes))] for shapes, n in hidden_placements(grading_seed()))
