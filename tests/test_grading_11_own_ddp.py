@@ -16,8 +16,27 @@ A submission that does no work and fights the tests from inside the kernel (grad
 fake launch whose ledger has the right buckets, a plan and a prediction that know only the visible
 cases) gets 0: the judge compares the values outside the kernel, and the schedule's record carries
 the weights trained in the same launch.
+
+The ledger is kept out of the student's objects (issue 36): the worker's comm and the worker write
+each all-reduce and each backward() as it happens into a pipe to a process of their own (`cat`), and
+the test reads that process's file, in the order it was written, not what the launch reported. A
+forger that all-reduces after backward and then rewrites every ledger it can reach (the comm's, as
+the worker kept it before, and what rank 0 reported, through a wrapped helpers.launch in the kernel:
+both passed the old test) loses the schedule test and nothing else. What still rests on the
+student's own processes: a rank that rebinds the locked worker's own Ledger or Comm, or a kernel
+that rewrites the ledger's file after the launch (the same sandbox, the same user).
+
+The hidden plan and prediction cases are made outside the kernel (the locked cell lab11-draw's
+hidden_cases; dpc_instructor.grade.make_cases): the kernel has no DPC_GRADE_SEED. Redrawing them is no
+attack on this lab (a drawn case is not its own answer: sizes and a cap do not tell the plan), so the
+forger instead shows that the seed is out of reach: its plan breaks itself (losing the plan and
+prediction tests) if the kernel's environment, its folder, its home or its /tmp holds the run's seed
+or the cases' truth.
 """
 from __future__ import annotations
+
+import os
+import re
 
 import pytest
 from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill
@@ -114,6 +133,74 @@ MISTAKEN_DDP = REFERENCE["lab11-ddp"].replace(
 FORWARD_PLAN = REFERENCE["lab11-plan"].replace("for i in reversed(range(len(sizes))):",
                                                "for i in range(len(sizes)):")
 
+# The reference's wrapper with its all-reduces started in finish(), after backward (the right mean:
+# it loses only the schedule), that then rewrites the ledger the comm kept before issue 36 as if every
+# call had started at once.
+FORGED_DDP = REFERENCE["lab11-ddp"].replace(
+    '''        if self.missing[b] == 0:
+            flat = torch.cat([self.params[j].grad.reshape(-1) for j in self.buckets[b]])
+            self.started[b] = (flat, self.comm.all_reduce(flat))''',
+    '''        if self.missing[b] == 0:
+            self.started[b] = None  # sent in finish()''').replace(
+    '''        for b, (flat, handle) in sorted(self.started.items()):''',
+    '''        ledger = getattr(self.comm, "ledger", [])
+        for b in sorted(self.started):
+            flat = torch.cat([self.params[j].grad.reshape(-1) for j in self.buckets[b]])
+            handle = self.comm.all_reduce(flat)
+            ledger[-1:] = [(s, 0.0, k) for s, _, k in ledger[-1:]]  # rewritten: "started at once"''')
+
+# The reference's plan, imported in the kernel by the test cells, which there (1) wraps helpers.launch
+# so that rank 0's report shows every all-reduce at the step's start and backward() returning late
+# (the ledger written by hand into the runs dict), and (2) breaks itself if the run's seed or the
+# cases' truth is in reach.
+FORGED_PLAN = REFERENCE["lab11-plan"] + '''
+
+import os as _os
+import re as _re
+import sys as _sys
+from pathlib import Path as _Path
+
+_SEED = _re.compile(rf"(?<![0-9.]){int('THE_SEED_PLUS_ONE') - 1}(?![0-9.])")  # not in this file's text
+
+
+def _seed_in_reach():
+    """Whether this kernel can read the grading run's seed or the hidden cases' truth."""
+    if "DPC_GRADE_SEED" in _os.environ or any(_SEED.search(v) for v in _os.environ.values()):
+        return True
+    for top in {_Path.cwd(), _Path.home(), _Path("/tmp")}:
+        try:
+            for f in top.rglob("*"):
+                if "truth" in f.name or f.is_file() and f.stat().st_size < 1 << 22 and _SEED.search(
+                        f.read_text(errors="replace")):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+class _Forged:
+    """A launch whose rank-0 report has its ledger written by hand."""
+
+    def __init__(self, done):
+        self.done, self.seconds = done, done.seconds
+
+    def report(self, rank=0):
+        got = dict(self.done.report(rank))
+        got["even_ledger"] = [(s, 0.0, k) for s, _, k in got.get("even_ledger", [])]
+        got["even_ends"] = [1.0] * len(got.get("even_ends", []))
+        return got
+
+
+if "ipykernel" in _sys.modules:  # in the kernel, not in the ranks
+    import helpers as _helpers
+
+    if not hasattr(_helpers, "_forger"):
+        _helpers._forger = _helpers.launch
+        _helpers.launch = lambda *a, **k: _Forged(_helpers._forger(*a, **k))
+    if _seed_in_reach():
+        plan_buckets = lambda sizes, cap: []  # noqa: E731
+'''.replace("THE_SEED_PLUS_ONE", str(int(os.environ["DPC_GRADE_SEED"]) + 1))
+
 TAMPERING = {
     "lab11-plan": TAMPER + '''
 import types as _types
@@ -176,6 +263,7 @@ def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
         "different": DIFFERENT,
         "mistaken": {**REFERENCE, "lab11-ddp": MISTAKEN_DDP},
         "forward": {**REFERENCE, "lab11-plan": FORWARD_PLAN},
+        "forger": {**REFERENCE, "lab11-plan": FORGED_PLAN, "lab11-ddp": FORGED_DDP},
         "tamper": TAMPERING,
     }
     return grade_all(LAB, {s: {name: fill(RELEASE, a)} for s, a in students.items()},
@@ -201,6 +289,28 @@ def test_a_plan_in_forward_order_loses_the_plan_and_prediction_tests_and_keeps_t
     assert lost(row) == {"lab11-test-plan", "lab11-test-predict"}, row
     assert float(row["lab11-test-schedule"]) == POINTS["lab11-test-schedule"], row
     assert row["score"] == str(12 - POINTS["lab11-test-plan"] - POINTS["lab11-test-predict"]), row
+
+
+def test_the_forger_is_written_into_the_reference():
+    """The forger all-reduces after backward (every call in finish()), rewrites the comm's ledger and
+    rank 0's report, and is otherwise the reference."""
+    assert "sent in finish()" in FORGED_DDP and "started at once" in FORGED_DDP
+    assert FORGED_DDP.count("self.comm.all_reduce(flat)") == 1 and "dist.all_reduce(samples)" in FORGED_DDP
+    assert FORGED_PLAN.startswith(REFERENCE["lab11-plan"]) and os.environ["DPC_GRADE_SEED"] not in FORGED_PLAN
+    line = next(ln for ln in FORGED_PLAN.splitlines() if ln.startswith("_SEED = "))
+    space: dict = {"_re": re}
+    exec(line, space)  # the pattern the forger looks for: the run's seed as a number of its own
+    assert space["_SEED"].search(f"x = {os.environ['DPC_GRADE_SEED']}\n") and not space["_SEED"].search("x = 1.5\n")
+
+
+def test_a_ledger_rewritten_after_backward_loses_the_schedule_and_the_seed_is_out_of_reach(graded):
+    """Rewriting the ledgers in reach (the comm's, the report's) does not hide an all-reduce after
+    backward: the test reads what the worker's pipe wrote. The plan keeps its points: the kernel found
+    no seed and no truth of the hidden cases."""
+    row = graded["forger"]
+    assert row["status"] == "graded", row
+    assert lost(row) == {"lab11-test-schedule"}, row
+    assert row["score"] == str(12 - POINTS["lab11-test-schedule"]), row
 
 
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
