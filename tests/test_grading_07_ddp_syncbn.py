@@ -6,16 +6,26 @@ another way, gradient accumulation with an explicit branch around `no_sync()` an
 every batch, the three statistics stacked instead of concatenated, `hasattr` instead of `getattr`;
 its train_epoch warns, as a library may for correct code: warnings never cost points); the
 reference itself passes, or the grader refuses to grade (dpc_instructor.grade.reference). A
-submission with the four typical DDP mistakes — no set_epoch, per-rank variances averaged instead
-of sums combined, the loss summed over ranks instead of averaged, every rank saving — loses exactly
-the points of the test each one breaks. It also edits the locked parameters cell (to a line that
+submission with the five typical DDP mistakes — no set_epoch, per-rank variances averaged instead
+of sums combined, the loss summed over ranks instead of averaged, every rank saving, a loader that
+ignores its seed argument — loses exactly the points of the test each one breaks (issue 36, item 3:
+the weights test trains on the tests' own loader, so the loader's mistake costs only the shards
+test; with make_loader in the weights worker, as before, it cost the weights test's 3 points too). It also edits the locked parameters cell (to a line that
 would fail every later cell): grading restores locked cells from the source, so that edit costs
 nothing. A submission that does no work
 and fights the tests from a cell of its own in the kernel (gradekit.TAMPER: comparisons that always
 hold, tracebacks silenced, a displayhook call from inside train_epoch that nbgrader would read as
 full partial credit) gets nothing: every test cell's recorded values are judged outside the kernel.
+
+The shards test's hidden case is drawn outside every kernel (issue 36: the source's locked
+`hidden_cases`, dpc_instructor.grade.make_cases; the kernel gets only the world, batch and dataset
+sizes); the different submission checks that no grading seed is in its kernel's environment or in a
+file of its folder (PROBE), so it would lose the shards test if one were there. A redrawing attack
+means nothing here: a case's shards follow from its inputs for any correct make_loader.
 """
 from __future__ import annotations
+
+import os
 
 import pytest
 from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill
@@ -158,9 +168,11 @@ def sync_stats(x, cfg):
 ''',
     # every rank saves the checkpoint
     "lab07-save": SAVE.replace('    if cfg["rank"] == 0:\n        net', '    if True:\n        net'),
+    # the loader ignores its seed argument: other shards than asked for (the shards test only)
+    "lab07-data": DATA.replace("shuffle=True, seed=seed)", "shuffle=True, seed=0)"),
 }
 assert WRONG["lab07-train"] != TRAIN and "set_epoch" not in WRONG["lab07-train"]
-assert WRONG["lab07-save"] != SAVE
+assert WRONG["lab07-save"] != SAVE and WRONG["lab07-data"] != DATA
 
 
 NO_WORK = {
@@ -215,12 +227,56 @@ def tampering() -> dict:
                                 "metadata": {}, "outputs": [], "source": TAMPER})
     return nb
 
+# Issue 36: the hidden cases are drawn outside the kernel (the source's locked `hidden_cases`,
+# dpc_instructor.grade.make_cases); the kernel gets only their inputs. The correct submission also
+# checks that nothing it could redraw them from reached it: it fails (and loses points) when the
+# grading run's seed is in its environment or in any file of its folder (hidden-cases.json holds
+# only inputs). The seed is written into the submission in hex, so the notebook itself does not hold it.
+PROBE = '''import os as _os
+from pathlib import Path as _Path
+
+
+def _no_seed_here(seed=int("{seed:x}", 16)):
+    """Raise if this process could redraw the grader's cases: the run's seed in its environment or files."""
+    if "DPC_GRADE_SEED" in _os.environ:
+        raise RuntimeError("the grading seed is in this process's environment")
+    for f in _Path(".").rglob("*"):
+        if f.is_file() and not f.is_symlink() and f.stat().st_size < 1 << 26 and str(seed).encode() in f.read_bytes():
+            raise RuntimeError(f"the grading seed is in {{f}}")
+
+
+_no_seed_here()
+'''
+
+
+def probing(answer: str, seed: int) -> str:
+    """answer with PROBE run first (after its %%writefile line, if any)."""
+    head, sep, rest = answer.partition("\n") if answer.startswith("%%writefile") else ("", "", answer)
+    return head + sep + PROBE.format(seed=seed) + "\n\n" + rest
+
+
+def test_the_probe_finds_the_seed_in_the_environment_or_a_file(tmp_path, monkeypatch):
+    """The probe is a real one: it raises on the seed in the environment or in a file, else not."""
+    code = PROBE.format(seed=987654321)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPC_GRADE_SEED", raising=False)
+    exec(code, {})
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "notes.json").write_text('{"x": 987654321}')
+    with pytest.raises(RuntimeError, match="notes.json"):
+        exec(code, {})
+    (tmp_path / "sub" / "notes.json").unlink()
+    monkeypatch.setenv("DPC_GRADE_SEED", "1")
+    with pytest.raises(RuntimeError, match="environment"):
+        exec(code, {})
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
-    students = {s: {name: fill(RELEASE, a)} for s, a in
-                [("different", DIFFERENT), ("wrong", WRONG)]}
+    seed = int(os.environ["DPC_GRADE_SEED"])  # grade_all's run: no --seed
+    different = {**DIFFERENT, "lab07-data": probing(DATA, seed)}
+    students = {s: {name: fill(RELEASE, a)} for s, a in [("different", different), ("wrong", WRONG)]}
     students["tamper"] = {name: tampering()}
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=60,
                      notebook_timeout=900)
@@ -237,8 +293,9 @@ def test_a_correct_submission_gets_full_marks(graded):
 def test_typical_mistakes_lose_the_right_points(graded):
     row = graded["wrong"]
     assert row["status"] == "graded", row
-    assert lost(row) == {"lab07-test-reshuffle", "lab07-test-loss", "lab07-test-syncbn", "lab07-test-save"}, row
-    assert float(row["score"]) == sum(POINTS.values()) - 2 - 2 - 3 - 2
+    assert lost(row) == {"lab07-test-reshuffle", "lab07-test-loss", "lab07-test-syncbn", "lab07-test-save",
+                         "lab07-test-shards"}, row
+    assert float(row["score"]) == sum(POINTS.values()) - 2 - 2 - 3 - 2 - 2  # 6 of 17; the weights kept
 
 
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
