@@ -248,7 +248,9 @@ def test_a_kernel_whose_hidden_cases_are_made_outside_gets_no_seed(tmp_path, mon
     # everything the cases job runs comes before the first test cell: no student's answer is in it
     first_test = min(i for i, c in enumerate(lab10["cells"]) if notebook.nbgrader(c).get("grade"))
     assert at < first_test and not any(notebook.nbgrader(c).get("solution") for c in lab10["cells"][:at])
-    assert grade.cases_cell(RELEASE) is None  # lab 1 draws its hidden cases from the seed
+    assert notebook.grade_id(RELEASE["cells"][grade.cases_cell(RELEASE)]) == "lab01-cases"  # lab 1's too
+    horovod = json.loads((ROOT / "labs" / "06-horovod" / "horovod.ipynb").read_text())
+    assert grade.cases_cell(horovod) is None  # lab 6: a training run, no cases to draw
 
 
 def test_each_hidden_case_counts_only_in_its_own_cell_and_the_reference_must_get_it_right():

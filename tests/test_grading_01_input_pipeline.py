@@ -15,8 +15,21 @@ loader itself, asserting them in the kernel before they are recorded. (Not cover
 that also strips the asserts from later cells, with an IPython AST transformer, keeps the 6 points
 whose recorded evidence is a fact known in advance - a parallel map, a final prefetch, 2+ workers,
 pin_memory - as the judge compares values only.)
+
+The hidden same-batches cases (issue 36) are drawn outside every kernel: the lab's locked cell
+lab01-cases defines hidden_cases(draw), the grader makes them in a process of its own and hands the
+kernels only their sizes (hidden-cases.json), with no DPC_GRADE_SEED. Redrawing them would buy a
+student nothing here (a case's answer, its batches, is what the lab's own slow pipeline gives for
+the sizes the test passes in), so instead a correct submission ('seeker') looks for the run's seed
+(a 16-digit one, so that no number matches it by chance) in its environment, in every file it can
+read (its folder, /tmp, its home, /proc of every process it sees) and for a random generator in the
+frames above its functions, and breaks when it finds one: it gets full marks. (Before issue 36 the
+kernel's environment held the seed and a hidden test's frame the generator drawn from it; the probe
+finds both: test_the_seeker_would_see_the_seed_and_a_generator.)
 """
 from __future__ import annotations
+
+import os
 
 import pytest
 from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill
@@ -111,6 +124,58 @@ def fast_torch_loader(dataset, batch_size, device):
     return DataLoader(dataset, batch_size=batch_size, collate_fn=_zeros)''',
 }
 
+# The grading run's seed: the session's (conftest), made 16 digits long so that no other number of
+# the kernel's files or processes contains it by chance.
+SEED = 10**15 + int(os.environ["DPC_GRADE_SEED"])
+# Correct, and looking for a way to redraw the hidden cases before each call: the run's seed in its
+# environment or in any file or process it can read, a numpy generator in a frame above it. It
+# breaks (every test that calls it fails) when it finds one. The seed is written in as SEED + 1.
+PROBE = '''import inspect
+import os
+
+import numpy as np
+
+_SEED = str({seed_plus_one} - 1)
+_PLACES = [os.getcwd(), "/tmp", os.path.expanduser("~"), "/proc"]  # the sandbox's own /tmp and home
+
+
+def _traces():
+    """Where this kernel could redraw the grading run's hidden cases from."""
+    found = [f"environment {{k}}" for k, v in os.environ.items() if k == "DPC_GRADE_SEED" or _SEED in v]
+    for top in dict.fromkeys(_PLACES):
+        for folder, dirs, files in os.walk(top):
+            if folder == "/proc":  # only the processes' own environments and command lines
+                dirs[:] = []
+                files = [f"{{d}}/{{f}}" for d in os.listdir("/proc") if d.isdigit() for f in ("environ", "cmdline")]
+            for name in files:
+                try:
+                    with open(os.path.join(folder, name), "rb") as f:
+                        if _SEED.encode() in f.read(1 << 24):
+                            found.append(f"file {{os.path.join(folder, name)}}")
+                except OSError:
+                    pass
+    frame = inspect.currentframe().f_back
+    while frame is not None:
+        if any(isinstance(v, np.random.Generator) for v in frame.f_locals.values()):
+            found.append(f"a generator in the frame of {{frame.f_code.co_name}}")
+        frame = frame.f_back
+    return found
+
+
+def _refuse_if_traced():
+    found = _traces()
+    if found:
+        raise RuntimeError(f"the hidden cases could be redrawn from: {{found}}")
+
+
+'''.format(seed_plus_one=SEED + 1)
+SEEKER = {
+    "lab01-fast-tf-pipeline": PROBE + CORRECT["lab01-fast-tf-pipeline"].replace(
+        "    ds = tf.data", "    _refuse_if_traced()\n    ds = tf.data", 1),
+    "lab01-fast-torch-loader": CORRECT["lab01-fast-torch-loader"].replace(
+        "    return DataLoader", "    _refuse_if_traced()\n    return DataLoader", 1),
+}
+
 
 def submission(answers: dict[str, str]) -> dict:
     """The student copy with the answer cells filled in."""
@@ -122,10 +187,13 @@ def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {s: {name: submission(a)} for s, a in [
         ("other", OTHER), ("wrong", WRONG), ("looping", LOOPING), ("survivor", SURVIVOR),
-        ("tamper", TAMPERING)]}
+        ("tamper", TAMPERING), ("seeker", SEEKER)]}
     students["empty"] = {}
     students["garbled"] = {name: "{ not a notebook"}
-    return grade_all(LAB, students, tmp_path_factory.mktemp("grading"))
+    # The lab's timed comparisons run each variant REPEATS times: on a loaded 2-core box a student
+    # whose loop eats its cell's 45 s takes more than 240 s in all (the grader's own default is 900).
+    return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), notebook_timeout=480,
+                     args=("--seed", str(SEED)))
 
 
 def test_a_correct_answer_in_another_shape_gets_full_marks(graded):
@@ -164,3 +232,28 @@ def test_bad_submissions_get_one_clear_status(graded):
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "10"), row
+
+
+def test_the_kernel_holds_nothing_to_redraw_the_hidden_cases_from(graded):
+    """The seeker, correct but refusing to work where it finds the run's seed or a generator above
+    it, gets full marks: the kernel has neither (grade.make_cases, grade.job_env)."""
+    row = graded["seeker"]
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "10", "10"), row
+
+
+def test_the_seeker_would_see_the_seed_and_a_generator(tmp_path, monkeypatch):
+    """The probe is real: a seed in the environment or in a file of its folder, and a generator in
+    a frame above it (a hidden test that drew its cases in the kernel), are each found."""
+    import numpy as np
+
+    space: dict = {}
+    exec(PROBE, space)
+    space["_PLACES"] = [str(tmp_path)]  # not this machine's whole /tmp
+    monkeypatch.delenv("DPC_GRADE_SEED")  # the session's seed (conftest)
+    assert space["_traces"]() == []
+    (tmp_path / "cases.json").write_text(f"[{SEED}]")
+    monkeypatch.setenv("DPC_GRADE_SEED", str(SEED))
+    draw = np.random.default_rng(SEED)  # noqa: F841  (seen by the probe in this frame)
+    found = space["_traces"]()
+    assert "environment DPC_GRADE_SEED" in found and f"file {tmp_path / 'cases.json'}" in found, found
+    assert "a generator in the frame of test_the_seeker_would_see_the_seed_and_a_generator" in found, found
