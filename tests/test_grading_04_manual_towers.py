@@ -14,9 +14,11 @@ Five submissions keep it cheap (each grading run starts TensorFlow with 4 logica
              every tower the whole batch (forgot to split): loses the split, equal, uneven and loss
              tests, and nothing else: the gradients are combined on the right devices, and clipping
              N times the gradient to a norm below the gradient's gives the same clipped step;
-  unweighted - plain mean of gradients and losses when the slices are uneven, clips every tower's
-             gradient before combining, and keeps a gradient buffer per tower as new tf.Variables:
-             loses the uneven-split test, the loss test, the clipping test and the shared-variables test;
+  unweighted - breaks the placement's ties towards the highest device index (every variable on the
+             mirror device: same balance), plain mean of gradients and losses when the slices are
+             uneven, clips every tower's gradient before combining, and keeps a gradient buffer per
+             tower as new tf.Variables: loses the place test (not the balance test), the uneven-split
+             test, the loss test, the clipping test and the shared-variables test;
   own variables - every tower works on its own copy of the model (clone_model + set_weights) and
              its gradients are applied to the model's variables: the numbers, the slices and the
              devices are right, so it loses the shared-variables test and nothing else;
@@ -146,8 +148,15 @@ SUMMING = {
     return tf.add_n(losses)''',
 }
 
+# The greedy rule with ties broken towards the highest device index: every load lands on the mirror
+# device (d -> n-1-d), so the indices are wrong (the place test) and the balance is the same (the
+# balance test judges the loads busiest first, not their labels: one mistake, one test).
+PLACE_MIRRORED = (PLACE.replace("heap = [(0, d) for d in range(n_devices)]", "heap = [(0, -d) for d in range(n_devices - 1, -1, -1)]")
+                  .replace("out[i] = d", "out[i] = -d"))  # the heap (sorted) holds -device: ties pop the highest
+assert PLACE_MIRRORED.count("-d") == 2, "the mutation must apply"
+
 UNWEIGHTED = {
-    "lab04-place-variables": PLACE,
+    "lab04-place-variables": PLACE_MIRRORED,
     # Splits correctly but ignores the shares, clips per tower, and accumulates into new variables.
     "lab04-tower-step": '''def tower_step(model, optimizer, x, y, devices, sizes=None, clip_norm=None):
     n = len(devices)
@@ -293,8 +302,9 @@ def test_summing_and_not_splitting_lose_their_tests(graded):
 def test_unweighted_average_per_tower_clipping_and_new_variables_lose_their_tests(graded):
     row = graded["unweighted"]
     assert row["status"] == "graded"
-    assert lost(row) == {"lab04-test-uneven", "lab04-test-loss", "lab04-test-clip", "lab04-test-shared"}, row
-    assert row["score"] == "9"
+    assert lost(row) == {"lab04-test-place", "lab04-test-uneven", "lab04-test-loss", "lab04-test-clip",
+                         "lab04-test-shared"}, row  # the mirrored ties cost the place test, not the balance
+    assert row["score"] == "7"
 
 
 def test_own_variables_per_tower_lose_only_the_shared_test(graded):
