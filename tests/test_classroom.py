@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -140,6 +142,8 @@ def test_a_start_removes_what_an_earlier_killed_run_left() -> None:
     name = f"dpc-student1-{tag}"
     subprocess.run(["useradd", "--no-create-home", name], check=True)
     hub = subprocess.Popen(["sleep", "600"], env={**os.environ, classroom.RUN_MARKER: tag})  # stands for its hub
+    exchange = Path(tempfile.mkdtemp(prefix=f"dpc-exchange-{tag}-"))  # as the run made it
+    (exchange / "dp-course").mkdir()
     try:
         end = time.monotonic() + 60  # until it has exec'd: before, /proc shows the parent's environment
         while hub.pid not in marked(classroom.RUN_MARKER, tag) and time.monotonic() < end:
@@ -151,6 +155,8 @@ def test_a_start_removes_what_an_earlier_killed_run_left() -> None:
         assert marked(classroom.RUN_MARKER, tag) == []
         with pytest.raises(KeyError):
             pwd.getpwnam(name)
+        assert not exchange.exists(), said
     finally:
+        shutil.rmtree(exchange, ignore_errors=True)
         hub.kill()
         subprocess.run(["userdel", name], capture_output=True)

@@ -550,14 +550,22 @@ class Classroom:
         return problems
 
 
+EXCHANGE = re.compile(r"^dpc-exchange-([0-9a-f]{4})-")  # a run's nbgrader exchange, in the temporary folder
+
+
 def leftovers() -> dict[str, list[str]]:
     """tag -> the accounts of an earlier run whose harness is gone (killed before its tear-down and its
-    guardian's): what `--clean`, and every start, removes."""
+    guardian's; a run whose accounts are gone but whose exchange folder is left has none): what
+    `--clean`, and every start, removes."""
     runs: dict[str, list[str]] = {}
     for entry in pwd.getpwall():
         m = ACCOUNT.match(entry.pw_name)
         if m:
             runs.setdefault(m.group(2), []).append(entry.pw_name)
+    for folder in Path(tempfile.gettempdir()).iterdir():
+        m = EXCHANGE.match(folder.name)
+        if m:
+            runs.setdefault(m.group(1), [])
     return {tag: sorted(users) for tag, users in runs.items() if not _harness_alive(tag)}
 
 
@@ -578,7 +586,8 @@ def clean_leftovers() -> list[str]:
     said = []
     for tag, users in sorted(leftovers().items()):
         plan = Plan(marker=(RUN_MARKER, tag), users=users,
-                    cgroups=[str(m / f"dp-course-hub-{tag}") for m in cgroup_roots()])
+                    cgroups=[str(m / f"dp-course-hub-{tag}") for m in cgroup_roots()],
+                    folders=[str(f) for f in Path(tempfile.gettempdir()).glob(f"dpc-exchange-{tag}-*")])
         said += [f"run {tag}: {line}" for line in clean(plan)]
     return said
 
