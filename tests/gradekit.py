@@ -137,3 +137,31 @@ CSV_FIELDS = {"student", "grader_id", "lab", "score", "max_score", "status", "no
 def lost(row: dict[str, str]) -> set[str]:
     """The test cells a graded row got no points for (whatever the lab names its grade ids)."""
     return {k for k, v in row.items() if k not in CSV_FIELDS and float(v) == 0}
+
+
+# Labs 5, 7 and 9 (issue 36): the hidden cases are drawn outside the kernel (the source's locked `hidden_cases`,
+# dpc_instructor.grade.make_cases); the kernel gets only their inputs. The correct submission also
+# checks that nothing it could redraw them from reached it: it fails (and loses points) when the
+# grading run's seed is in its environment or in any file of its folder (hidden-cases.json holds
+# only inputs). The seed is written into the submission in hex, so the notebook itself does not hold it.
+SEED_PROBE = '''import os as _os
+from pathlib import Path as _Path
+
+
+def _no_seed_here(seed=int("{seed:x}", 16)):
+    """Raise if this process could redraw the grader's cases: the run's seed in its environment or files."""
+    if "DPC_GRADE_SEED" in _os.environ:
+        raise RuntimeError("the grading seed is in this process's environment")
+    for f in _Path(".").rglob("*"):
+        if f.is_file() and not f.is_symlink() and f.stat().st_size < 1 << 26 and str(seed).encode() in f.read_bytes():
+            raise RuntimeError(f"the grading seed is in {{f}}")
+
+
+_no_seed_here()
+'''
+
+
+def probing(answer: str, seed: int) -> str:
+    """answer with SEED_PROBE run first (after its %%writefile line, if any)."""
+    head, sep, rest = answer.partition("\n") if answer.startswith("%%writefile") else ("", "", answer)
+    return head + sep + SEED_PROBE.format(seed=seed) + "\n\n" + rest

@@ -9,6 +9,7 @@ import os
 import re
 from pathlib import Path
 
+import gradekit
 import pytest
 
 from dpc_instructor import grade, gradebook
@@ -380,3 +381,19 @@ def test_only_the_grading_machines_failures_are_tried_again():
                 outcome(1, "nbclient.exceptions.DeadKernelError: Kernel died\n"),
                 outcome(1, "CellTimeoutError: A cell timed out\n"), outcome(1, f"print('x')\n{proc}\n")]:
         assert grade.host_failure(own) is None, own
+
+
+def test_the_seed_probe_finds_the_seed_in_the_environment_or_a_file(tmp_path, monkeypatch):
+    """The probe is a real one: it raises on the seed in the environment or in a file, else not."""
+    code = gradekit.SEED_PROBE.format(seed=987654321)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPC_GRADE_SEED", raising=False)
+    exec(code, {})
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "notes.json").write_text('{"x": 987654321}')
+    with pytest.raises(RuntimeError, match="notes.json"):
+        exec(code, {})
+    (tmp_path / "sub" / "notes.json").unlink()
+    monkeypatch.setenv("DPC_GRADE_SEED", "1")
+    with pytest.raises(RuntimeError, match="environment"):
+        exec(code, {})

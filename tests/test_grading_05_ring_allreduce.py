@@ -16,7 +16,7 @@ sizes find it out.
 The simulation tests' hidden cases are drawn outside every kernel (issue 36: the source's locked
 `hidden_cases`, dpc_instructor.grade.make_cases; each test cell runs its function on all of their
 inputs and the grader judges each case in its own cell); the correct submission checks that its
-kernel has no grading seed in its environment and none in a file of its folder (PROBE), so it would
+kernel has no grading seed in its environment and none in a file of its folder (gradekit.SEED_PROBE), so it would
 lose the reduce-scatter and traffic tests if one were there. A redrawing attack means nothing here:
 a case's answer is computed from its inputs by any correct ring, and the inputs are the kernel's.
 What the judge cannot rule out: see CONTRIBUTING.md (the traffic the Wire logs in the kernel, the
@@ -27,7 +27,7 @@ import json
 import os
 
 import pytest
-from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, probing, reference_answers, submission as fill
 
 import helpers
 from dpc_runtime import notebook
@@ -251,48 +251,6 @@ def sim_all_gather(chunks, wire):
     "lab05-real": REFERENCE["lab05-real"],
 }
 
-# Issue 36: the hidden cases are drawn outside the kernel (the source's locked `hidden_cases`,
-# dpc_instructor.grade.make_cases); the kernel gets only their inputs. The correct submission also
-# checks that nothing it could redraw them from reached it: it fails (and loses points) when the
-# grading run's seed is in its environment or in any file of its folder (hidden-cases.json holds
-# only inputs). The seed is written into the submission in hex, so the notebook itself does not hold it.
-PROBE = '''import os as _os
-from pathlib import Path as _Path
-
-
-def _no_seed_here(seed=int("{seed:x}", 16)):
-    """Raise if this process could redraw the grader's cases: the run's seed in its environment or files."""
-    if "DPC_GRADE_SEED" in _os.environ:
-        raise RuntimeError("the grading seed is in this process's environment")
-    for f in _Path(".").rglob("*"):
-        if f.is_file() and not f.is_symlink() and f.stat().st_size < 1 << 26 and str(seed).encode() in f.read_bytes():
-            raise RuntimeError(f"the grading seed is in {{f}}")
-
-
-_no_seed_here()
-'''
-
-
-def probing(answer: str, seed: int) -> str:
-    """answer with PROBE run first (after its %%writefile line, if any)."""
-    head, sep, rest = answer.partition("\n") if answer.startswith("%%writefile") else ("", "", answer)
-    return head + sep + PROBE.format(seed=seed) + "\n\n" + rest
-
-
-def test_the_probe_finds_the_seed_in_the_environment_or_a_file(tmp_path, monkeypatch):
-    """The probe is a real one: it raises on the seed in the environment or in a file, else not."""
-    code = PROBE.format(seed=987654321)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("DPC_GRADE_SEED", raising=False)
-    exec(code, {})
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "notes.json").write_text('{"x": 987654321}')
-    with pytest.raises(RuntimeError, match="notes.json"):
-        exec(code, {})
-    (tmp_path / "sub" / "notes.json").unlink()
-    monkeypatch.setenv("DPC_GRADE_SEED", "1")
-    with pytest.raises(RuntimeError, match="environment"):
-        exec(code, {})
 
 
 @pytest.fixture(scope="module")

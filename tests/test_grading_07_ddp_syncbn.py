@@ -20,7 +20,7 @@ full partial credit) gets nothing: every test cell's recorded values are judged 
 The shards test's hidden case is drawn outside every kernel (issue 36: the source's locked
 `hidden_cases`, dpc_instructor.grade.make_cases; the kernel gets only the world, batch and dataset
 sizes); the different submission checks that no grading seed is in its kernel's environment or in a
-file of its folder (PROBE), so it would lose the shards test if one were there. A redrawing attack
+file of its folder (gradekit.SEED_PROBE), so it would lose the shards test if one were there. A redrawing attack
 means nothing here: a case's shards follow from its inputs for any correct make_loader.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, probing, submission as fill
 
 LAB = "07-ddp-syncbn"
 RELEASE = ROOT / "labs" / LAB / "ddp-syncbn.ipynb"
@@ -227,48 +227,6 @@ def tampering() -> dict:
                                 "metadata": {}, "outputs": [], "source": TAMPER})
     return nb
 
-# Issue 36: the hidden cases are drawn outside the kernel (the source's locked `hidden_cases`,
-# dpc_instructor.grade.make_cases); the kernel gets only their inputs. The correct submission also
-# checks that nothing it could redraw them from reached it: it fails (and loses points) when the
-# grading run's seed is in its environment or in any file of its folder (hidden-cases.json holds
-# only inputs). The seed is written into the submission in hex, so the notebook itself does not hold it.
-PROBE = '''import os as _os
-from pathlib import Path as _Path
-
-
-def _no_seed_here(seed=int("{seed:x}", 16)):
-    """Raise if this process could redraw the grader's cases: the run's seed in its environment or files."""
-    if "DPC_GRADE_SEED" in _os.environ:
-        raise RuntimeError("the grading seed is in this process's environment")
-    for f in _Path(".").rglob("*"):
-        if f.is_file() and not f.is_symlink() and f.stat().st_size < 1 << 26 and str(seed).encode() in f.read_bytes():
-            raise RuntimeError(f"the grading seed is in {{f}}")
-
-
-_no_seed_here()
-'''
-
-
-def probing(answer: str, seed: int) -> str:
-    """answer with PROBE run first (after its %%writefile line, if any)."""
-    head, sep, rest = answer.partition("\n") if answer.startswith("%%writefile") else ("", "", answer)
-    return head + sep + PROBE.format(seed=seed) + "\n\n" + rest
-
-
-def test_the_probe_finds_the_seed_in_the_environment_or_a_file(tmp_path, monkeypatch):
-    """The probe is a real one: it raises on the seed in the environment or in a file, else not."""
-    code = PROBE.format(seed=987654321)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("DPC_GRADE_SEED", raising=False)
-    exec(code, {})
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "notes.json").write_text('{"x": 987654321}')
-    with pytest.raises(RuntimeError, match="notes.json"):
-        exec(code, {})
-    (tmp_path / "sub" / "notes.json").unlink()
-    monkeypatch.setenv("DPC_GRADE_SEED", "1")
-    with pytest.raises(RuntimeError, match="environment"):
-        exec(code, {})
 
 
 @pytest.fixture(scope="module")
