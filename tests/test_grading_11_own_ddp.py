@@ -167,11 +167,16 @@ def _seed_in_reach():
     """Whether this kernel can read the grading run's seed or the hidden cases' truth."""
     if "DPC_GRADE_SEED" in _os.environ or any(_SEED.search(v) for v in _os.environ.values()):
         return True
+    # Where a seed or a truth could be written: any file's name, and the text files (not the runs'
+    # checkpoints, caches or binaries: reading those made the plan test time out on a loaded machine).
+    texts = {".json", ".txt", ".py", ".ipynb", ".csv", ".cfg", ".yml", ".yaml", ".toml", ".sh", ""}
     for top in {_Path.cwd(), _Path.home(), _Path("/tmp")}:
         try:
             for f in top.rglob("*"):
-                if "truth" in f.name or f.is_file() and f.stat().st_size < 1 << 22 and _SEED.search(
-                        f.read_text(errors="replace")):
+                if "truth" in f.name:
+                    return True
+                if (f.suffix in texts and not {"runs", "__pycache__", ".cache"} & set(f.parts) and f.is_file()
+                        and f.stat().st_size < 1 << 20 and _SEED.search(f.read_text(errors="replace"))):
                     return True
         except OSError:
             continue

@@ -89,7 +89,7 @@ def test_the_rule_finds_the_answers_and_hidden_tests() -> None:
     assert len(secrets) > 150, len(secrets)
     # Lab 1's answer and one of its hidden tests; trivial lines are not secrets.
     assert "ds = ds.map(lambda i: load_tf(source, i), num_parallel_calls=tf.data.AUTOTUNE)" in secrets
-    assert "n, b = int(draw.integers(9, 80)), int(draw.integers(2, 17))" in secrets
+    assert "small = helpers.SlowSource(n, image_size=8, latency_ms=0, seed=images)" in secrets
     assert not {"", "pass", "return", ")", "])"} & set(secrets)
 
 
