@@ -98,9 +98,17 @@ def _interrupted(argv: list[str], stage: re.Pattern[str], how: signal.Signals, t
     if target == "parent":
         os.kill(p.pid, how)  # make itself: the harness is its child
     else:
-        harness = [c for c in __import__("psutil").Process(p.pid).children(recursive=True)
-                   if "dpc_maintainer.classroom" in " ".join(c.cmdline()) and "--browser" not in c.cmdline()]
-        for c in harness or [__import__("psutil").Process(p.pid)]:
+        import psutil
+
+        harness = []
+        for c in psutil.Process(p.pid).children(recursive=True):
+            try:  # a child may end between the listing and this look (a short-lived command of the run)
+                argv = c.cmdline()
+            except psutil.Error:
+                continue
+            if "dpc_maintainer.classroom" in " ".join(argv) and "--browser" not in argv:
+                harness.append(c)
+        for c in harness or [psutil.Process(p.pid)]:
             c.send_signal(how)
     end = time.monotonic() + 300  # tear-down on a loaded machine: the hub stops its servers
     while _left_by(tag, ports) and time.monotonic() < end:
