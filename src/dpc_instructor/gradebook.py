@@ -60,6 +60,18 @@ def nbgrader_course(folder: Path, lab: str, write_source: bool = True) -> None:
                                          ignore=("runs", ".ipynb_checkpoints")), f"solutions/{lab}")
 
 
+def keep_graded(scratch: Path, root: Path, student: str, lab: str) -> list[str]:
+    """Copy a job's submitted/ and autograded/ folders of student's lab from scratch to root (replacing
+    them), folders and regular files only (KEEP_OUT left out); the note on what was not kept, if any."""
+    refused = []
+    for kind in ("submitted", "autograded"):
+        dest = root / kind / student / lab
+        shutil.rmtree(dest, ignore_errors=True)
+        refused += [f"{kind}/{line}" for line in sandbox.copy_regular(scratch / kind / student / lab, dest,
+                                                                      ignore=KEEP_OUT)]
+    return [f"not kept in the course (only folders and regular files are): {'; '.join(refused)}"] * bool(refused)
+
+
 def say_refused(refused: list[str], what: str) -> None:
     """One line on stderr naming what a copy of `what` left out (sandbox.copy_regular), if anything."""
     if refused:
@@ -159,15 +171,7 @@ class Course:
                         gb.db.commit()
                         result = self.scores(gb, lab, student)
             if scratch is not None:
-                refused = []
-                for kind in ("submitted", "autograded"):
-                    dest = self.root / kind / student / lab
-                    shutil.rmtree(dest, ignore_errors=True)
-                    refused += [f"{kind}/{line}" for line in sandbox.copy_regular(
-                        scratch / kind / student / lab, dest, ignore=KEEP_OUT)]
-                if refused:
-                    notes.append(f"not kept in the course (only folders and regular files are): "
-                                 f"{'; '.join(refused)}")
+                notes += keep_graded(scratch, self.root, student, lab)
             elif earlier and earlier.get("graded"):
                 status = f"{status}; kept the grade of {earlier['graded_at']}"
             entry = {"status": status, "notes": notes, "seconds": round(seconds, 1),

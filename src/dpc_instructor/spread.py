@@ -111,15 +111,10 @@ class Spool(gradebook.Course):
         """Keep one student's grading in results/<student>/ whole or not at all (a rename)."""
         tmp = self.results / f".{student}.{uuid.uuid4().hex[:8]}"
         tmp.mkdir(parents=True)
-        refused: list[str] = []
         if scratch is not None:
             gradebook.say_refused(sandbox.copy_regular(scratch / "gradebook.db", tmp / "gradebook.db"),
                                   "spread: the job's gradebook")
-            for kind in ("submitted", "autograded"):  # as Course.record words what it leaves out
-                refused += [f"{kind}/{line}" for line in sandbox.copy_regular(
-                    scratch / kind / student / lab, tmp / kind / student / lab, ignore=gradebook.KEEP_OUT)]
-        if refused:
-            notes = [*notes, f"not kept in the course (only folders and regular files are): {'; '.join(refused)}"]
+            notes = [*notes, *gradebook.keep_graded(scratch, tmp, student, lab)]  # as Course.record does
         (tmp / RESULT).write_text(json.dumps({"status": status, "notes": notes, "seconds": seconds,
                                               "graded": scratch is not None,
                                               "node": os.environ.get("SLURMD_NODENAME") or os.uname().nodename}))
