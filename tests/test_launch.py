@@ -246,7 +246,7 @@ def test_the_same_abort_without_the_protocol_is_a_failure(tmp_path):
     with pytest.raises(LaunchError) as info:
         helpers.launch(RANKS, 2, args=["no-protocol-abort"], echo=False,
                        env={"DPC_TEST_PIDDIR": str(tmp_path)})
-    assert info.value.ranks == [1]
+    assert info.value.ranks == [1], (str(info.value), info.value.result.exit_codes)
     assert_no_orphans(tmp_path)
 
 

@@ -6,7 +6,7 @@ before the all-reduce (so the others wait in it); early-exit: the last rank leav
 300 KB (torchrun's --tee cut such lines); late-start: the last rank sleeps
 before start() (so it never says it started); abort-after-done: every rank
 finishes, then the last one aborts (SIGABRT) as gloo's teardown sometimes does; no-protocol-abort:
-the same abort after a plain last line, without the protocol; env: every rank reports what the
+the same abort after a plain last line, without the protocol (the other ranks leave cleanly); env: every rank reports what the
 launcher put in its environment; tf-*: plain processes (no torch.distributed).
 """
 import os
@@ -63,7 +63,10 @@ if mode == "no-protocol-abort":
     dist.barrier()
     if last:
         os.kill(os.getpid(), signal.SIGABRT)
-    sys.exit(0)
+    # The others leave without gloo's teardown: after sys.exit(0) it aborts them too now and then on
+    # a loaded machine ('terminate called without an active exception': seen in CI, both ranks -6).
+    sys.stdout.flush()
+    os._exit(0)
 if mode == "abort-after-done":
     # What finish() prevents: a rank that has reported done dying in teardown. Simulate it: the
     # DONE line, then SIGABRT instead of a clean exit.
