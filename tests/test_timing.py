@@ -248,6 +248,7 @@ def test_keras_epoch_timer_one_time_per_epoch(monkeypatch):
 
 from helpers.timing import (  # noqa: E402
     CALIBRATION_LIMIT,
+    CALIBRATION_WARMUP,
     LOAD_LIMIT,
     SPREAD_LIMIT,
     STEAL_LIMIT,
@@ -295,7 +296,7 @@ def watch_around(tmp_path, *, need=2, loop_times=(0.010,) * 10, affinity=2, wall
     clock, cpu = FakeClock(), {"s": 50.0}
     times = iter(loop_times)
     watch = MachineWatch(need, proc=proc, cgroup_root=tmp_path / "cgroup", affinity=affinity,
-                         calibration=calibration or Calibration(loop=lambda: next(times)),
+                         calibration=calibration or Calibration(loop=lambda: next(times), warmup=0),
                          clock=clock, own_cpu=lambda: cpu["s"]).start()
     clock.now += wall
     cpu["s"] += own
@@ -350,12 +351,20 @@ def test_usable_cores_is_the_smaller_of_affinity_and_quota(tmp_path):
 
 def test_calibration_keeps_its_best_and_returns_the_median():
     times = iter([0.03, 0.01, 0.02, 0.05, 0.04, 0.02, 0.02, 0.02, 0.02, 0.02])
-    cal = Calibration(loop=lambda: next(times))
+    cal = Calibration(loop=lambda: next(times), warmup=0)
     seen = []
     assert cal.run(between=lambda: seen.append(1)) == pytest.approx(0.03)
     assert (cal.best, len(seen)) == (0.01, 5)
     assert cal.run() == pytest.approx(0.02)
     assert cal.best == 0.01
+
+
+def test_the_warm_up_runs_are_not_timed():
+    # A core that idled runs the loop slower for its first few runs: those are run, not counted.
+    times = iter([0.05] * CALIBRATION_WARMUP + [0.01] * 5)
+    cal = Calibration(loop=lambda: next(times))
+    assert (cal.run(), cal.best) == (0.01, 0.01)
+    assert next(times, None) is None
 
 
 def test_a_real_calibration_loop_takes_a_moment():
@@ -439,7 +448,7 @@ def test_thresholds_sit_where_the_comment_says():
 def test_watch_as_a_context_manager(tmp_path):
     times = iter([0.01] * 10)
     with MachineWatch(1, proc=fake_proc(tmp_path), cgroup_root=tmp_path / "cg", affinity=2,
-                      calibration=Calibration(loop=lambda: next(times))) as watch:
+                      calibration=Calibration(loop=lambda: next(times), warmup=0)) as watch:
         assert watch.result is None
     assert watch.result is not None and watch.result.calm
 
@@ -453,7 +462,7 @@ def test_without_proc_or_cgroups_the_watch_still_answers(tmp_path):
     # macOS has no /proc: the affinity alone, no quota, nothing known of others, the calibration still timed
     times = iter([0.01] * 10)
     check = MachineWatch(1, proc=tmp_path / "none", cgroup_root=tmp_path / "none", affinity=4,
-                         calibration=Calibration(loop=lambda: next(times)), own_cpu=lambda: 0.0).start().stop()
+                         calibration=Calibration(loop=lambda: next(times), warmup=0), own_cpu=lambda: 0.0).start().stop()
     assert (check.cores, check.running, check.others, check.steal, check.calibration) == (4.0, 0, 0.0, 0.0, 1.0)
     assert check.cpus >= 1 and check.calm
 

@@ -25,7 +25,7 @@ from helpers.timing import LOAD_LIMIT
 
 ROOT = Path(__file__).resolve().parents[1]
 CH5, CH8, CH11 = "course/05-ring-allreduce.ipynb", "course/08-scaling-up.ipynb", "course/11-inside-ddp.ipynb"
-LINE = re.compile(r"^machine: .*?: (calm enough|too busy) for (the [\w\s-]+?)(?: \(|$)", re.M)
+LINE = re.compile(r"^machine: .*?: (calm enough|too busy) for (the [\w\s-]+?)(?: \((.*?)\); rerun|$)", re.M)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -72,7 +72,12 @@ def run(rel: str, folder: Path) -> str:
 
 def verdicts(text: str) -> dict[str, str]:
     """{what: "calm enough" or "too busy"} from the watch's lines."""
-    return {what: verdict for verdict, what in LINE.findall(text)}
+    return {what: verdict for verdict, what, _ in LINE.findall(text)}
+
+
+def reasons(text: str) -> dict[str, str]:
+    """{what: why the watch said too busy ('' when calm)} from the watch's lines."""
+    return {what: why for _, what, why in LINE.findall(text)}
 
 
 def judge_ch11(text: str) -> dict[str, bool]:
@@ -111,8 +116,8 @@ def judge_ch8(text: str) -> dict[str, bool]:
     return {"the speed-up comparison": ok}
 
 
-def lessons(folder: Path) -> dict[str, tuple[bool, str]]:
-    """Run the chapters' timing sections; {what: (agrees, verdict)}, each conclusion checked."""
+def lessons(folder: Path) -> dict[str, tuple[bool, str, str]]:
+    """Run the chapters' timing sections; {what: (agrees, verdict, why)}, each conclusion checked."""
     found = {}
     for rel, judge in ((CH5, judge_ch5), (CH11, judge_ch11), (CH8, judge_ch8)):
         text = run(rel, folder / rel.split("/")[1][:2])
@@ -122,7 +127,7 @@ def lessons(folder: Path) -> dict[str, tuple[bool, str]]:
             assert agrees or said[what] == "too busy", (
                 f"{rel}: the printed conclusion of {what} contradicts the prose, and the machine line says "
                 f"{said[what]!r}:\n{text}")
-            found[what] = (agrees, said[what])
+            found[what] = (agrees, said[what], reasons(text)[what])
     return found
 
 
@@ -152,19 +157,25 @@ def test_idle_machine_can_be_calm(tmp_path):
     if not first.calm:
         pytest.skip(f"the machine is busy before the run, so a calm verdict cannot be shown: {first.line('this test')}")
     found = lessons(tmp_path)
-    busy = [what for what, (_, verdict) in found.items() if verdict != "calm enough"]
+    # Chapter 5's all-reduces of a few milliseconds vary between samples on an idle 2-core cloud VM (the
+    # same 2 MB gloo call took 0.9 to 9 ms in one launch: the host's scheduling): its watch may say so,
+    # by the repeats' spread alone, never by the machine's figures.
+    noisy = {what for what, (_, verdict, why) in found.items()
+             if what == "the method comparison" and verdict == "too busy" and why.startswith("the repeats spread")
+             and ";" not in why}
+    busy = [what for what, (_, verdict, _) in found.items() if verdict != "calm enough" and what not in noisy]
     if busy:
         after = MachineWatch(need=2).start().stop()
         if not after.calm:
             pytest.skip(f"the machine got busy during the run ({', '.join(busy)} too busy): {after.line('this test')}")
     assert not busy, f"an idle machine should be calm enough for {busy}"
-    assert all(agrees for agrees, _ in found.values()), found
+    assert all(agrees for what, (agrees, _, _) in found.items() if what not in noisy), found
 
 
 def test_beside_two_cpu_hogs(tmp_path, hogs):
     found = lessons(tmp_path)
     if (2 + 1) / (os.cpu_count() or 1) > LOAD_LIMIT:  # the hogs and one rank already overfill this machine
-        assert all(verdict == "too busy" for _, verdict in found.values()), f"the watch missed the hogs: {found}"
+        assert all(verdict == "too busy" for _, verdict, _ in found.values()), f"the watch missed the hogs: {found}"
 
 
 def test_on_one_core(tmp_path, one_core):
