@@ -20,7 +20,7 @@ The hidden same-batches cases (issue 36) are drawn outside every kernel: the lab
 lab01-cases defines hidden_cases(draw), the grader makes them in a process of its own and hands the
 kernels only their sizes (hidden-cases.json), with no DPC_GRADE_SEED. Redrawing them would buy a
 student nothing here (a case's answer, its batches, is what the lab's own slow pipeline gives for
-the sizes the test passes in), so instead a correct submission ('seeker') looks for the run's seed
+the sizes the test passes in), so instead the correct submission ('other', the seeker) looks for the run's seed
 (a 16-digit one, so that no number matches it by chance) in its environment, in every file it can
 read (its folder, /tmp, its home, /proc of every process it sees) and for a random generator in the
 frames above its functions, and breaks when it finds one: it gets full marks. (Before issue 36 the
@@ -169,12 +169,14 @@ def _refuse_if_traced():
 
 
 '''.format(seed_plus_one=SEED + 1)
+# The correct answer in another shape, seeking: it breaks where it finds a trace of the hidden cases.
 SEEKER = {
-    "lab01-fast-tf-pipeline": PROBE + CORRECT["lab01-fast-tf-pipeline"].replace(
-        "    ds = tf.data", "    _refuse_if_traced()\n    ds = tf.data", 1),
-    "lab01-fast-torch-loader": CORRECT["lab01-fast-torch-loader"].replace(
-        "    return DataLoader", "    _refuse_if_traced()\n    return DataLoader", 1),
+    "lab01-fast-tf-pipeline": PROBE + OTHER["lab01-fast-tf-pipeline"].replace(
+        "    indices = tf.data", "    _refuse_if_traced()\n    indices = tf.data", 1),
+    "lab01-fast-torch-loader": OTHER["lab01-fast-torch-loader"].replace(
+        "    pin = True", "    _refuse_if_traced()\n    pin = True", 1),
 }
+assert all("_refuse_if_traced()\n" in answer for answer in SEEKER.values()), "the probe must be called"
 
 
 def submission(answers: dict[str, str]) -> dict:
@@ -186,8 +188,8 @@ def submission(answers: dict[str, str]) -> dict:
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = {s: {name: submission(a)} for s, a in [
-        ("other", OTHER), ("wrong", WRONG), ("looping", LOOPING), ("survivor", SURVIVOR),
-        ("tamper", TAMPERING), ("seeker", SEEKER)]}
+        ("other", SEEKER), ("wrong", WRONG), ("looping", LOOPING), ("survivor", SURVIVOR),
+        ("tamper", TAMPERING)]}
     students["empty"] = {}
     students["garbled"] = {name: "{ not a notebook"}
     # The lab's timed comparisons run each variant REPEATS times: on a loaded 2-core box a student
@@ -235,9 +237,10 @@ def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
 
 
 def test_the_kernel_holds_nothing_to_redraw_the_hidden_cases_from(graded):
-    """The seeker, correct but refusing to work where it finds the run's seed or a generator above
-    it, gets full marks: the kernel has neither (grade.make_cases, grade.job_env)."""
-    row = graded["seeker"]
+    """The correct answer in another shape is also the seeker: refusing to work where it finds the
+    run's seed or a generator above it, it gets full marks: the kernel has neither (grade.make_cases,
+    grade.job_env)."""
+    row = graded["other"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "10", "10"), row
 
 

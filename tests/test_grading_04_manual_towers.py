@@ -266,6 +266,20 @@ def submission(answers: dict[str, str]) -> dict:
     """The student copy with the answer cells filled in."""
     return fill(RELEASE, answers)
 
+# What each submission loses at grading_seed() (status 'graded' for all): test_grading_spread holds the
+# cluster's run to the same.
+LOSES = {
+    "correct": set(),
+    "transplanted": {"lab04-test-place", "lab04-test-balance", "lab04-test-placement"},
+    "summing": {"lab04-test-split", "lab04-test-equal", "lab04-test-uneven", "lab04-test-loss"},
+    # the mirrored ties cost the place test, not the balance
+    "unweighted": {"lab04-test-place", "lab04-test-uneven", "lab04-test-loss", "lab04-test-clip", "lab04-test-shared"},
+    "own-variables": {"lab04-test-shared"},
+    "peeker": {"lab04-test-place", "lab04-test-balance"},
+}
+SCORES = {"correct": "14", "transplanted": "8", "summing": "8", "unweighted": "7", "own-variables": "13",
+          "peeker": "10", "tamper": "0"}
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
@@ -288,35 +302,34 @@ def test_correct_submission_gets_full_marks(graded):
 def test_the_chapters_recipe_with_weights_loses_the_placement_tests(graded):
     row = graded["transplanted"]
     assert row["status"] == "graded"
-    assert lost(row) == {"lab04-test-place", "lab04-test-balance", "lab04-test-placement"}, row
-    assert row["score"] == "8"
+    assert lost(row) == LOSES["transplanted"], row
+    assert row["score"] == SCORES["transplanted"]
 
 
 def test_summing_and_not_splitting_lose_their_tests(graded):
     row = graded["summing"]
     assert row["status"] == "graded"
-    assert lost(row) == {"lab04-test-split", "lab04-test-equal", "lab04-test-uneven", "lab04-test-loss"}, row
-    assert row["score"] == "8"
+    assert lost(row) == LOSES["summing"], row
+    assert row["score"] == SCORES["summing"]
 
 
 def test_unweighted_average_per_tower_clipping_and_new_variables_lose_their_tests(graded):
     row = graded["unweighted"]
     assert row["status"] == "graded"
-    assert lost(row) == {"lab04-test-place", "lab04-test-uneven", "lab04-test-loss", "lab04-test-clip",
-                         "lab04-test-shared"}, row  # the mirrored ties cost the place test, not the balance
-    assert row["score"] == "7"
+    assert lost(row) == LOSES["unweighted"], row
+    assert row["score"] == SCORES["unweighted"]
 
 
 def test_own_variables_per_tower_lose_only_the_shared_test(graded):
     row = graded["own-variables"]
     assert row["status"] == "graded"
-    assert lost(row) == {"lab04-test-shared"}, row
-    assert row["score"] == "13"
+    assert lost(row) == LOSES["own-variables"], row
+    assert row["score"] == SCORES["own-variables"]
 
 
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
-    assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "14"), row
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", SCORES["tamper"], "14"), row
 
 
 def test_placements_read_off_the_tests_get_no_points_and_the_kernel_has_no_seed(graded):
@@ -325,8 +338,8 @@ def test_placements_read_off_the_tests_get_no_points_and_the_kernel_has_no_seed(
     keeps its points."""
     row = graded["peeker"]
     assert row["status"] == "graded", row
-    assert lost(row) == {"lab04-test-place", "lab04-test-balance"}, row
-    assert row["score"] == "10", row
+    assert lost(row) == LOSES["peeker"], row
+    assert row["score"] == SCORES["peeker"], row
 
 
 def test_the_hidden_cases_are_made_before_any_answer():

@@ -14,11 +14,11 @@ snapshot that adds the scheduler but forgets the input-noise generator loses the
 A submission that does no work and fights the tests from inside the kernel (gradekit.TAMPER, and
 the given snapshot as its own) gets 0: the diagnoses and the weights are compared outside it.
 
-Two that do no diagnosis and read the answers off (issue 36) get none of the diagnosis points: one
-whose `diagnose` reads its callers' frames (the visible test's locals hold the culprit and kind; no
-frame above a hidden test does), and one that redraws the grader's jobs with the lab's own
+One that does no diagnosis and reads the answers off (issue 36) gets none of the diagnosis points:
+its `diagnose` reads its callers' frames (the visible test's locals hold the culprit and kind; no
+frame above a hidden test does), and failing that redraws the grader's jobs with the lab's own
 `draw_jobs` from the seed in its environment (the kernel has none: it draws this notebook's own
-jobs) and finds each job it is given in the grader's file. Both keep the snapshot's points.
+jobs) and finds each job it is given in the grader's file. It keeps the snapshot's points.
 
 What the judge cannot rule out here: the visible jobs are drawn in the kernel (`RUN`), so a visible
 test can be passed by looking the answer up; each test cell's points also need its hidden part.
@@ -117,13 +117,22 @@ def diagnose(job):
 ''',
     "lab10-snapshot": '%%writefile runs/10/lab_snapshot.py\nfrom given_snapshot import capture, restore  # noqa: F401\n',
 }
-# No diagnosis: the answer read from the frames of the test that called (the visible test's `culprit`
-# and `kind`; before issue 36 a hidden test held the answer as `want` too). Else a guess.
-FRAME_READER = '''import inspect
+# No diagnosis, two ways to read the answers off, tried in turn (one submission: either that worked
+# would earn a hidden point). First the frames of the test that called (the visible test's `culprit`
+# and `kind`; before issue 36 a hidden test held the answer as `want` too). Then this run's jobs
+# looked up in RUN, and the grader's redrawn with the lab's own draw_jobs from the grading seed in the
+# environment (rng()'s default, 0, without one), each found by its evidence in the grader's file
+# (hidden_cases gives each job as it ran, then renumbered by 1). Else a guess.
+LOOKER = '''import inspect
+import json
+import os
+from pathlib import Path
+
+import numpy as np
 
 
-def diagnose(job):
-    frame = inspect.currentframe().f_back
+def _from_frames():
+    frame = inspect.currentframe().f_back.f_back
     while frame is not None:
         seen = frame.f_locals
         if isinstance(seen.get("want"), tuple):
@@ -131,19 +140,13 @@ def diagnose(job):
         if "culprit" in seen and "kind" in seen:
             return [seen["culprit"]], seen["kind"]
         frame = frame.f_back
-    return [0], "hang"
-'''
-# No diagnosis: this run's jobs looked up in RUN; the grader's redrawn with the lab's own draw_jobs
-# from the grading seed in the environment (rng()'s default, 0, without one), each found by its
-# evidence in the grader's file (hidden_cases gives each job as it ran, then renumbered by 1).
-REDRAWER = '''import json
-import os
-from pathlib import Path
-
-import numpy as np
+    return None
 
 
 def diagnose(job):
+    found = _from_frames()
+    if found is not None:
+        return found
     for name, (kind, world, culprit, _) in RUN.items():
         for shift in range(world):
             if renumbered(JOBS[name], shift) == job:
@@ -207,8 +210,7 @@ def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
         "different": {"lab10-diagnose": DIFFERENT_DIAGNOSE, "lab10-snapshot": DIFFERENT_SNAPSHOT},
         "mistaken": {"lab10-diagnose": MISTAKEN_DIAGNOSE, "lab10-snapshot": MISTAKEN_SNAPSHOT},
         "tamper": TAMPERING,
-        "frames": {"lab10-diagnose": FRAME_READER, "lab10-snapshot": DIFFERENT_SNAPSHOT},
-        "redraw": {"lab10-diagnose": REDRAWER, "lab10-snapshot": DIFFERENT_SNAPSHOT},
+        "looker": {"lab10-diagnose": LOOKER, "lab10-snapshot": DIFFERENT_SNAPSHOT},
     }
     return grade_all(LAB, {s: {name: fill(RELEASE, a)} for s, a in students.items()},
                      tmp_path_factory.mktemp("grading"), notebook_timeout=900,
@@ -233,18 +235,11 @@ def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "14"), row
 
 
-def test_a_diagnose_that_reads_its_callers_frames_gets_no_diagnosis_points(graded):
+def test_a_diagnose_that_reads_its_callers_frames_or_redraws_the_graders_jobs_gets_no_diagnosis_points(graded):
     """Its visible parts pass (the visible test holds the answer), its hidden parts cannot: no frame
-    above diagnose holds a hidden job's culprit or kind; the snapshot keeps its 4 points."""
-    row = graded["frames"]
-    assert row["status"] == "graded", row
-    assert lost(row) == DIAGNOSIS_TESTS and row["score"] == "4", row
-
-
-def test_redrawing_the_graders_jobs_from_the_seed_gets_no_diagnosis_points(graded):
-    """The kernel has no seed to redraw the grader's jobs from (its rng() draws this notebook's own
-    jobs); the snapshot keeps its 4 points."""
-    row = graded["redraw"]
+    above diagnose holds a hidden job's culprit or kind, and the kernel has no seed to redraw the
+    grader's jobs from (its rng() draws this notebook's own jobs); the snapshot keeps its 4 points."""
+    row = graded["looker"]
     assert row["status"] == "graded", row
     assert lost(row) == DIAGNOSIS_TESTS and row["score"] == "4", row
 

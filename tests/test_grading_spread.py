@@ -2,12 +2,12 @@
 two-node test cluster (src/dpc_setup/cluster.py), as an instructor would run it.
 
 Six of lab 4's grading submissions (tests/test_grading_04_manual_towers.py: a correct one written
-differently, four typical mistakes, one that fights the tests) are graded once on this machine and
-once over the cluster with the same seed. Mid-way through the cluster run, node2 is taken down
+differently, four typical mistakes, one that fights the tests) are graded over the cluster with the
+seed of lab 4's own test, which grades the same submissions on this machine. Mid-way through the cluster run, node2 is taken down
 (`scontrol update ... state=down`, as an administrator or a failure does) while it grades a student:
 that command ends with exit 1 naming the students it could not grade; the node comes back; the same
-command again grades only those. The course then holds every student once, with the rows (points,
-status, seed) of the local run. Each task takes a whole node (--exclusive): one student per node.
+command again grades only those. The course then holds every student once, graded as the local run
+grades them (lab 4's LOSES and SCORES: the same points, 'graded', the run's seed). Each task takes a whole node (--exclusive): one student per node.
 
 Skipped, with the reason, where no cluster or no sandbox can run (not root, no slurm-wlm/munge, no
 bubblewrap).
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import test_grading_04_manual_towers as lab4
-from gradekit import grade_all
+from gradekit import lost
 
 from dpc_runtime import sandbox
 from dpc_setup import cluster as tool
@@ -32,8 +32,9 @@ WHY = tool.unavailable() or sandbox.unavailable()
 if WHY:
     pytest.skip(f"no SLURM cluster or sandbox here: {WHY}", allow_module_level=True)
 
-# The session's seed and reference cache (tests/conftest.py): lab 4's reference is run once for the suite.
-LIMITS = ("--cell-timeout", "60", "--notebook-timeout", "400", "--parameters", "ci")
+# Lab 4's seed (its reference is run once for the suite: tests/conftest.py's DPC_REFERENCES).
+SEED = str(lab4.grading_seed())
+LIMITS = ("--cell-timeout", "60", "--notebook-timeout", "400", "--parameters", "ci", "--seed", SEED)
 STUDENTS = {"correct": lab4.CORRECT, "transplanted": lab4.TRANSPLANTED, "summing": lab4.SUMMING,
             "unweighted": lab4.UNWEIGHTED, "own-variables": lab4.OWN_VARIABLES, "tamper": lab4.TAMPERING}
 
@@ -50,22 +51,21 @@ def on_node(c: tool.Cluster, node: str) -> bool:
     return node in out.split()
 
 
-@pytest.fixture(scope="module")
-def local(tmp_path_factory) -> tuple[dict[str, dict[str, str]], Path]:
-    """The local run's rows, and its submissions (the cluster's run grades the same)."""
-    work = tmp_path_factory.mktemp("local")
-    grade_all(lab4.LAB, {s: {lab4.RELEASE.name: lab4.submission(a)} for s, a in STUDENTS.items()}, work,
-              cell_timeout=60, notebook_timeout=400)
-    return rows(work / "grades.csv"), work / "submissions"
+def write_submissions(folder: Path) -> Path:
+    """The class's submission folders, as an instructor collects them."""
+    for student, answers in STUDENTS.items():
+        (folder / student / lab4.LAB).mkdir(parents=True)
+        (folder / student / lab4.LAB / lab4.RELEASE.name).write_text(json.dumps(lab4.submission(answers)))
+    return folder
 
 
-def test_a_class_graded_over_slurm_with_a_node_lost_mid_run_equals_the_local_run(local, tmp_path):
-    expected, submissions = local
+def test_a_class_graded_over_slurm_with_a_node_lost_mid_run_equals_the_local_run(tmp_path):
+    submissions = write_submissions(tmp_path / "submissions")
     course, out = tmp_path / "course", tmp_path / "grades.csv"
     argv = [sys.executable, "-m", "dpc_instructor.grade", str(submissions), "--lab", lab4.LAB, "--out", str(out),
             "--course", str(course), *LIMITS, "--slurm", "--sbatch=--exclusive"]
     with tool.cluster() as c:
-        env = c.env  # and the session's DPC_GRADE_SEED and DPC_REFERENCES
+        env = c.env  # and the session's DPC_REFERENCES
         first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         end = time.monotonic() + 900
         while not on_node(c, "node2"):  # the event: a student is being graded on node2
@@ -75,9 +75,9 @@ def test_a_class_graded_over_slurm_with_a_node_lost_mid_run_equals_the_local_run
         said, _ = first.communicate(timeout=1800)
         print(said)
         assert first.returncode == 1, said
-        lost = [r["student"] for r in rows(out).values() if "SLURM task ended without a result" in r["status"]]
-        assert lost, said
-        assert f"{len(lost)} student(s) not graded because their task ended without a result" in said
+        dropped = [r["student"] for r in rows(out).values() if "SLURM task ended without a result" in r["status"]]
+        assert dropped, said
+        assert f"{len(dropped)} student(s) not graded because their task ended without a result" in said
 
         # Back in service (ReturnToService=2 may have done it when its slurmd registered again).
         c.run("scontrol", "update", "nodename=node2", "state=resume", check=False)
@@ -88,12 +88,17 @@ def test_a_class_graded_over_slurm_with_a_node_lost_mid_run_equals_the_local_run
         second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
         print(second.stdout, second.stderr)
         assert second.returncode == 0, second.stdout + second.stderr
-        assert f"{len(STUDENTS) - len(lost)} already graded, {len(lost)} submitted" in second.stdout
+        assert f"{len(STUDENTS) - len(dropped)} already graded, {len(dropped)} submitted" in second.stdout
         graded_again = [ln.split(":")[0].strip() for ln in second.stdout.splitlines() if " / 14 " in ln]
-        assert sorted(graded_again) == sorted(lost), "only the lost students are graded again"
-    assert rows(out) == expected
+        assert sorted(graded_again) == sorted(dropped), "only the lost students are graded again"
+    graded = rows(out)
+    assert sorted(graded) == sorted(STUDENTS)
+    for student, row in graded.items():
+        assert (row["status"], row["score"], row["seed"]) == ("graded", lab4.SCORES[student], SEED), row
+        if student in lab4.LOSES:
+            assert lost(row) == lab4.LOSES[student], row
     statuses = json.loads((course / "status.json").read_text())
-    assert sorted(statuses) == sorted(r["grader_id"] for r in expected.values())
+    assert sorted(statuses) == sorted(r["grader_id"] for r in graded.values())
     assert all(s[lab4.LAB]["graded"] for s in statuses.values())
     progress = json.loads(next((course / "spread").glob("*/progress.json")).read_text())
     assert (progress["total"], progress["done"], progress["failed"]) == (len(STUDENTS), len(STUDENTS), 0)
