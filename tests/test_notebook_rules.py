@@ -66,7 +66,6 @@ def test_declares_what_it_needs(rel):
                    "notebook needs, on a line like " + repr(needs_line(2, "2", 180, 240, 1.5, "about 1 minute"))
                    + " (python -m dpc_maintainer.needs writes it from measured runs)")
     assert int(found["idle"]) <= 5, f"{rel}: the defaults must run in at most 5 minutes on 2 cores"
-    assert int(found["busy"]) >= int(found["idle"]), f"{rel}: a share of a busy node is not faster than idle"
 
 
 @pytest.mark.parametrize("rel", NOTEBOOKS)
