@@ -70,6 +70,16 @@ def reference_answers(source: Path, grade_ids: tuple[str, ...]) -> dict[str, str
     return found
 
 
+def write_submissions(folder: Path, lab: str, students: dict[str, dict[str, dict | str]]) -> Path:
+    """The class's submission folders as an instructor collects them: folder/<student>/<lab>/<notebook>
+    ({student: {notebook file name: notebook json, or raw text}}); returns folder."""
+    for student, notebooks in students.items():
+        (folder / student / lab).mkdir(parents=True)
+        for name, nb in notebooks.items():
+            (folder / student / lab / name).write_text(nb if isinstance(nb, str) else json.dumps(nb))
+    return folder
+
+
 def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
               cell_timeout: int = 45, notebook_timeout: float = 240, jobs: int = 2,
               course: Path | None = None, also: Callable[[Path], None] | None = None,
@@ -83,12 +93,7 @@ def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
     Also checks what every grading run must guarantee: exit 0, submissions untouched, no process
     left behind, the run's seed on every row.
     """
-    subs = work / "submissions"
-    for student, notebooks in students.items():
-        (subs / student / lab).mkdir(parents=True)
-        for name, nb in notebooks.items():
-            text = nb if isinstance(nb, str) else json.dumps(nb)
-            (subs / student / lab / name).write_text(text)
+    subs = write_submissions(work / "submissions", lab, students)
     if also:
         also(subs)
     files = [f for f in subs.rglob("*") if f.is_file() and not f.is_symlink()]

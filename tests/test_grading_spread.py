@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import test_grading_04_manual_towers as lab4
-from gradekit import lost
+from gradekit import lost, write_submissions
 
 from dpc_runtime import sandbox
 from dpc_setup import cluster as tool
@@ -51,16 +51,9 @@ def on_node(c: tool.Cluster, node: str) -> bool:
     return node in out.split()
 
 
-def write_submissions(folder: Path) -> Path:
-    """The class's submission folders, as an instructor collects them."""
-    for student, answers in STUDENTS.items():
-        (folder / student / lab4.LAB).mkdir(parents=True)
-        (folder / student / lab4.LAB / lab4.RELEASE.name).write_text(json.dumps(lab4.submission(answers)))
-    return folder
-
-
 def test_a_class_graded_over_slurm_with_a_node_lost_mid_run_equals_the_local_run(tmp_path):
-    submissions = write_submissions(tmp_path / "submissions")
+    submissions = write_submissions(tmp_path / "submissions", lab4.LAB,
+                                    {s: {lab4.RELEASE.name: lab4.submission(a)} for s, a in STUDENTS.items()})
     course, out = tmp_path / "course", tmp_path / "grades.csv"
     argv = [sys.executable, "-m", "dpc_instructor.grade", str(submissions), "--lab", lab4.LAB, "--out", str(out),
             "--course", str(course), *LIMITS, "--slurm", "--sbatch=--exclusive"]

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from dpc_instructor.hub.cgroups import UserCgroup, join_cgroup_then
+from helpers.timing import usable_cores
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ("idle", "class-node")
@@ -113,16 +114,12 @@ def classmate() -> int:
         print(f"classmate: launch {done} done", flush=True)
 
 
-def _cores() -> float:
-    return float(len(os.sched_getaffinity(0)))
-
-
 def measure(mode: str, only: str, out: Path, cpu: float) -> int:
     """Run the notebooks (the solutions runner) in the given conditions; its exit status."""
     dest = out / mode
     dest.mkdir(parents=True, exist_ok=True)
     runner = [sys.executable, "-m", "dpc_maintainer.solutions", "--only", only, "--out", str(dest)]
-    conditions: dict[str, object] = {"mode": mode, "cores": _cores(), "load_before": os.getloadavg()}
+    conditions: dict[str, object] = {"mode": mode, "cores": usable_cores(), "load_before": os.getloadavg()}
     if mode == "idle":
         start = time.monotonic()
         code = subprocess.call(runner, cwd=ROOT)
@@ -133,7 +130,7 @@ def measure(mode: str, only: str, out: Path, cpu: float) -> int:
         raise SystemExit("--mode class-node writes cgroups: run it as root")
     tag = f"dpc-needs-{os.getpid()}"
     student, mate = UserCgroup(tag, "student"), UserCgroup(tag, "classmate")
-    rest = max(0.5, _cores() - cpu)
+    rest = max(0.5, usable_cores() - cpu)
     student.create(cpu, 0, 0)
     mate.create(rest, 0, 0)
     log = (dest / "classmate.log").open("w")
