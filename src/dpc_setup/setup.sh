@@ -8,6 +8,10 @@
 # build; chapter 6 and lab 6 say to run `make horovod`), DPC_HOROVOD=0 never builds it.
 # Variables: PYTHON (default python3), DPC_HOROVOD (1, later, 0), DPC_CACHE for the wheel cache,
 # DPC_GPU=1/0 to force/skip the GPU extras (default: on when `nvidia-smi -L` lists a GPU).
+# torch: without a GPU, a CPU build of the pinned torch (PyPI's default is a CUDA build, whose NVIDIA
+# libraries only a GPU uses: 3 GB more), from DPC_TORCH_INDEX: PyTorch's CPU wheel index by default,
+# or an instructor's mirror (an index URL, or a folder of wheels). Where it does not answer, pip's own
+# choice stands (on PyPI, the CUDA build) and the set-up says so, with its size.
 # DPC_VENV=folder builds that environment instead of .venv, with the pins of DPC_EXTRA_REQUIREMENTS
 # too and without the course's packages (the class environment: src/dpc_setup/class_env.sh).
 set -euo pipefail
@@ -40,7 +44,7 @@ HVD_WANT=$(cat requirements.txt $EXTRA src/dpc_setup/horovod/build.sh src/dpc_se
 hvd_ready() { [ -f "$HVD_STAMP" ] && [ "$(cat "$HVD_STAMP")" = "$HVD_WANT" ]; }
 hvd_later() {
   if [ "$HVD" = later ] && ! hvd_ready; then
-    echo "setup: Horovod (chapter 6 and lab 6 only) is not built yet: \`make horovod\` builds it when you get there (about 6 minutes on 2 cores, once)"
+    echo "setup: Horovod (chapter 6, lab 6 and chapter 8's horovodrun) is not built yet: \`make horovod\` builds it when you get there (about 6 minutes on 2 cores, once)"
   fi
 }
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ] && { [ "$HVD" != 1 ] || hvd_ready; }; then
@@ -57,8 +61,30 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: creating $VENV with $("$PYTHON" --version)"
   "$PYTHON" -m venv "$VENV"
 fi
-echo "setup: installing the pinned packages (first time: a few minutes, about 3 GB; log in $LOG)"
-if ! "$VENV/bin/python" -m pip install -r requirements.txt ${EXTRA:+-r "$EXTRA"} >"$LOG" 2>&1; then
+: >"$LOG"
+TORCH_PIN=$(grep -E '^torch==' requirements.txt)
+if [ "$GPU" = 0 ] && ! "$VENV/bin/python" -m pip show -q torch >/dev/null 2>&1; then
+  TORCH_INDEX=${DPC_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+  if [ -d "$TORCH_INDEX" ]; then
+    TORCH_FROM=(--find-links "$TORCH_INDEX")
+  elif "$VENV/bin/python" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=10).close()' \
+       "$TORCH_INDEX" >>"$LOG" 2>&1; then
+    TORCH_FROM=(--extra-index-url "$TORCH_INDEX")
+  else
+    TORCH_FROM=()
+    echo "setup: $TORCH_INDEX did not answer: pip chooses torch's build (DPC_TORCH_INDEX names a mirror of CPU builds)"
+  fi
+  if [ ${#TORCH_FROM[@]} -gt 0 ]; then
+    echo "setup: no GPU here: installing the CPU build of $TORCH_PIN (from $TORCH_INDEX)"
+    if ! "$VENV/bin/python" -m pip install "$TORCH_PIN" "${TORCH_FROM[@]}" >>"$LOG" 2>&1; then
+      grep -v "^WARNING: Location" "$LOG" | tail -n 30 >&2
+      echo "setup: installing $TORCH_PIN from $TORCH_INDEX failed (see $LOG)" >&2
+      exit 1
+    fi
+  fi
+fi
+echo "setup: installing the pinned packages (first time: about 3-4 minutes and 4.0 GB with torch's CPU build, 7.8 GB with PyPI's CUDA build; log in $LOG)"
+if ! "$VENV/bin/python" -m pip install -r requirements.txt ${EXTRA:+-r "$EXTRA"} >>"$LOG" 2>&1; then
   grep -v "^WARNING: Location" "$LOG" | tail -n 30 >&2
   echo "setup: pip install failed (see $LOG)" >&2
   exit 1
@@ -69,6 +95,22 @@ if [ "$GPU" = 1 ]; then
   "$VENV/bin/python" -m pip install "${TF_PIN/==/[and-cuda]==}" >>"$LOG" 2>&1 \
     || { tail -n 30 "$LOG" >&2; echo "setup: installing TensorFlow's CUDA libraries failed (see $LOG)" >&2; exit 1; }
 fi
+# Which torch build pip chose, and what its NVIDIA libraries cost where no GPU uses them.
+"$VENV/bin/python" - "$GPU" <<'EOF'
+import importlib.metadata as m
+import sys
+
+version = m.version("torch")
+cuda = [d for d in m.distributions() if (d.metadata["Name"] or "").lower().startswith("nvidia-")]
+size = sum(f.locate().stat().st_size for d in cuda for f in d.files or () if f.locate().is_file())
+if not cuda:
+    print(f"setup: torch {version}, a CPU build")
+elif sys.argv[1] == "1":
+    print(f"setup: torch {version}, a CUDA build ({size / 1e9:.1f} GB of NVIDIA libraries for the GPU)")
+else:
+    print(f"setup: torch {version} is a CUDA build: {size / 1e9:.1f} GB of NVIDIA libraries that no GPU "
+          f"here uses (everything runs on the CPU all the same; DPC_TORCH_INDEX names a mirror of CPU builds)")
+EOF
 # The course's packages, editable, in .venv; a class environment takes them from each user's own copy
 # of the course instead (its Makefile puts <course>/src on PYTHONPATH).
 if [ -z "${DPC_VENV:-}" ]; then
@@ -84,7 +126,9 @@ echo "$WANT" > "$STAMP"
 fi
 
 if [ "$HVD" = 1 ] && ! hvd_ready; then
-  WHEEL=$(src/dpc_setup/horovod/build.sh "$VENV/bin/python" | tee -a "$LOG" | tail -n 1)
+  # Progress and a failure's first error reach the terminal (stderr); the wheel's path comes on stdout.
+  WHEEL=$(DPC_GPU=$GPU src/dpc_setup/horovod/build.sh "$VENV/bin/python" | tail -n 1)
+  [ -f "$WHEEL" ] || exit 1
   "$VENV/bin/python" -m pip install --no-deps --force-reinstall "$WHEEL" >>"$LOG" 2>&1
   # What the wheel was built with, asked in-process: TensorFlow's and PyTorch's extensions and Gloo
   # must be there. (`horovodrun --check-build` says the same, but starts a Python per line it

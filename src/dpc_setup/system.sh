@@ -23,5 +23,9 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: could not install ${missing[*]} (see build/apt.log); grading needs bubblewrap" >&2
   fi
 else
-  echo "setup: not installed: ${missing[*]} (as root: apt-get install ${missing[*]}); grading needs bubblewrap, \`make cluster-test\` needs slurm-wlm and munge"
+  # The reader here is a student or a self-learner: say what each missing package costs them.
+  why=()
+  [[ " ${missing[*]} " == *" bubblewrap "* ]] && why+=("without bubblewrap \`make check\` runs your notebook outside the grader's sandbox")
+  [[ " ${missing[*]} " == *" slurm-wlm "* || " ${missing[*]} " == *" munge "* ]] && why+=("\`make cluster-test\` (chapter 8's SLURM cluster) needs slurm-wlm and munge")
+  echo "setup: optional system packages not installed: ${missing[*]} ($(IFS=';'; echo "${why[*]}" | sed 's/;/; /g'); root installs them: apt-get install ${missing[*]})"
 fi
