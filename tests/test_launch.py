@@ -266,6 +266,23 @@ def test_a_rank_that_leaves_early_is_named_not_its_victim(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_process_that_left_its_launch_ends_with_it(tmp_path):
+    """A rank's grandchild in a session of its own, with an empty environment (no marker to find it
+    by), is adopted by the launching process and stopped when the launch returns: it never writes."""
+    stray = tmp_path / "stray"
+    (tmp_path / "pids").mkdir()
+    helpers.launch(RANKS, 2, args=["stray"], env={"DPC_TEST_PIDDIR": str(tmp_path / "pids"),
+                                                  "DPC_TEST_STRAY": str(stray)}, echo=False)
+    pid = int(Path(f"{stray}.pid").read_text())
+    try:
+        gone = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        gone = True
+    assert gone, f"the stray {pid} still runs: {_cmd(pid)}"
+    assert not Path(f"{stray}.forged").exists()
+    assert pid not in {c.pid for c in psutil.Process().children()}, "the stray was not reaped"
+
+
 def test_keyboard_interrupt_kills_the_launch(tmp_path):
     # A shell that starts the suite in the background (`make test &`) ignores SIGINT, and Python
     # then keeps ignoring it: interrupt_main() would do nothing. Ctrl-C's handler, as in a terminal.

@@ -6,6 +6,11 @@ multi-worker training). Each rank's output is streamed with a `[rank N]` prefix.
 a hang (timeout) or an interrupt, the whole process tree is killed and one LaunchError names
 the rank(s) that stopped taking part, with the last lines they printed.
 
+Every process a launch started ends with it, however it left: while a launch runs, this process is
+the "child subreaper" of its descendants (Linux prctl), so one that a rank double-forked, moved to a
+session of its own and stripped of its environment is adopted here instead of by init, and stopped
+when the launch ends (a stray DataLoader worker, a daemon, a forger of the launch's evidence).
+
 Workers speak the course's protocol (helpers.worker): their results come back as
 `LaunchResult.report(rank)`, and a rank that said it was done is never counted as a failure,
 whatever its process does while shutting down.
@@ -22,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import deque
@@ -232,11 +238,15 @@ def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeou
     procs: list[tuple[int | None, subprocess.Popen[bytes]]] = []
     stream = _Stream(kind, nprocs, echo, Path(protocol))
     start = time.monotonic()
+    adopting = _Adopter()
     try:
         for rank, argv, extra in commands:
-            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, env={**base_env, **extra}, cwd=cwd,
-                                 start_new_session=True)
+            with _adopt_lock:  # started and registered before another launch looks for its strays
+                p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env={**base_env, **extra}, cwd=cwd,
+                                     start_new_session=True)
+                adopting.roots.add(p.pid)
+                _roots_in_flight.add(p.pid)
             procs.append((rank, p))
         if stop_on_failure is None:
             stop_on_failure = kind == "tf"
@@ -266,7 +276,60 @@ def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeou
         raise error
     finally:
         kill_launch(launch_id, [p for _, p in procs])
+        adopting.stop_strays()
         shutil.rmtree(protocol, ignore_errors=True)
+
+
+_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+_adopting = 0  # launches of this process now running, under _adopt_lock
+_adopt_lock = threading.Lock()
+_roots_in_flight: set[int] = set()  # the processes those launches started themselves
+
+
+def _set_subreaper(on: bool) -> None:
+    """Make this process adopt its descendants' orphans (on) or leave them to init (off); Linux only."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
+
+
+class _Adopter:
+    """For one launch: this process adopts the orphans of its descendants while the launch runs; at
+    its end, every child that appeared during the launch and is not a launch's own process is a stray
+    of this launch, stopped with its descendants and reaped (it left no marker to find it by)."""
+
+    def __init__(self) -> None:
+        global _adopting
+        self.roots: set[int] = set()
+        self.before = {c.pid for c in psutil.Process().children()}
+        with _adopt_lock:
+            _adopting += 1
+            if _adopting == 1:
+                _set_subreaper(True)
+
+    def stop_strays(self) -> None:
+        """Stop and reap the strays of this launch; stop adopting when no other launch runs."""
+        global _adopting
+        with _adopt_lock:
+            _adopting -= 1
+            if _adopting == 0:
+                _set_subreaper(False)
+            _roots_in_flight.difference_update(self.roots)
+            keep = self.before | self.roots | _roots_in_flight
+            strays = []
+            for child in psutil.Process().children():
+                if child.pid not in keep:
+                    try:
+                        strays += [child, *child.children(recursive=True)]
+                    except psutil.Error:
+                        continue
+        for proc in strays:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(strays, timeout=3.0)  # reaps the adopted ones: they are our children now
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:

@@ -7,7 +7,9 @@ before the all-reduce (so the others wait in it); early-exit: the last rank leav
 before start() (so it never says it started); abort-after-done: every rank
 finishes, then the last one aborts (SIGABRT) as gloo's teardown sometimes does; no-protocol-abort:
 the same abort after a plain last line, without the protocol (the other ranks leave cleanly); env: every rank reports what the
-launcher put in its environment; tf-*: plain processes (no torch.distributed).
+launcher put in its environment; stray: rank 0 leaves a process that outlives it (double fork,
+a session of its own, an empty environment), which writes its pid to DPC_TEST_STRAY.pid and, 30 s
+later, DPC_TEST_STRAY.forged; tf-*: plain processes (no torch.distributed).
 """
 import os
 import signal
@@ -55,6 +57,16 @@ if mode == "env":  # what the launcher put in this rank's environment, and where
     report(cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"), rank_device=os.environ.get("DPC_RANK_DEVICE"),
            device=me.device, cuda=torch.cuda.is_available())
     finish()
+if mode == "stray" and rank == 0:
+    stray = os.environ["DPC_TEST_STRAY"]
+    if os.fork() == 0:  # the child: a session of its own, then a grandchild that outlives it
+        os.setsid()
+        if os.fork() == 0:
+            os.execve("/bin/sh", ["sh", "-c", f"echo $$ > {stray}.tmp && mv {stray}.tmp {stray}.pid; "
+                                  f"sleep 30; echo forged > {stray}.forged"], {})
+        os._exit(0)
+    while not Path(f"{stray}.pid").exists():  # the grandchild is running before this rank goes on
+        time.sleep(0.05)
 t = torch.tensor([float(rank + 1)], device=me.device)
 dist.all_reduce(t)
 print(f"rank {rank} sum {t.item():.0f}")
