@@ -11,7 +11,10 @@ loop) is the one the error names. A submission that does no work and fights the 
 worker module that makes torch.equal hold in every rank) gets 0: every test cell's recorded values
 are compared outside the kernel. A submission right only for the sizes the tests used before their
 hidden cases were drawn per grading run (case "forged") loses the three simulation tests: the drawn
-sizes find it out.
+sizes find it out. A real ring that does everything in reduce_scatter (the chapter's pipelined ring) and
+nothing in all_gather (case "delegator") has the right sums and traffic and loses exactly the test of
+reduce_scatter alone (what each rank holds after it, also on two rank counts and sizes drawn outside the
+kernel).
 
 The simulation tests' hidden cases are drawn outside every kernel (issue 36: the source's locked
 `hidden_cases`, dpc_instructor.grade.make_cases; each test cell runs its function on all of their
@@ -252,6 +255,27 @@ def sim_all_gather(chunks, wire):
 }
 
 
+# The whole ring in reduce_scatter (the chapter's helpers.ring.ring_allreduce) and an all_gather that does
+# nothing: right sums and right traffic, so it passed every real test before reduce_scatter was checked
+# on its own (issue 46); it loses exactly that test.
+DELEGATOR = {**REFERENCE, "lab05-real": '''%%writefile runs/05/student_ring.py
+from helpers.ring import ring_allreduce as whole_ring
+
+
+def reduce_scatter(flat):
+    whole_ring(flat)
+
+
+def all_gather(flat):
+    pass
+
+
+def ring_allreduce(flat):
+    reduce_scatter(flat)
+    all_gather(flat)
+    return flat
+'''}
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
@@ -260,39 +284,46 @@ def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
     students = {s: {name: fill(RELEASE, a)} for s, a in [
         ("different", {**DIFFERENT, "lab05-sim-reduce-scatter": probing(DIFFERENT["lab05-sim-reduce-scatter"], seed)}),
         ("wrong", WRONG), ("wasteful", WASTEFUL),
-        ("tamper", TAMPERING), ("forged", FORGED)]}
+        ("tamper", TAMPERING), ("forged", FORGED), ("delegator", DELEGATOR)]}
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), notebook_timeout=600)
 
 
 def test_a_correct_submission_gets_full_marks(graded):
     row = graded["different"]
-    assert (row["status"], row["score"], row["max_score"]) == ("graded", "12", "12"), row
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "14", "14"), row
 
 
 def test_wrong_step_wrong_chunk_and_deadlock_lose_their_points(graded):
     row = graded["wrong"]
     assert row["status"] == "graded", row
     assert lost(row) == {"lab05-test-sim-rs", "lab05-test-sim-ag", "lab05-test-real-exact",
-                         "lab05-test-real-traffic"}, row
+                         "lab05-test-real-traffic", "lab05-test-real-rs"}, row
     assert row["score"] == "2"
 
 
 def test_wasted_traffic_and_wrong_real_step_lose_their_points(graded):
     row = graded["wasteful"]
     assert row["status"] == "graded", row
-    assert lost(row) == {"lab05-test-sim-traffic", "lab05-test-real-exact"}, row
+    assert lost(row) == {"lab05-test-sim-traffic", "lab05-test-real-exact", "lab05-test-real-rs"}, row
     assert row["score"] == "7"
 
 
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
-    assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "12"), row
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "14"), row
 
 
 def test_answers_right_only_for_known_cases_lose_the_drawn_ones(graded):
     row = graded["forged"]
     assert row["status"] == "graded", row
     assert lost(row) == {"lab05-test-sim-rs", "lab05-test-sim-ag", "lab05-test-sim-traffic"}, row
+
+
+def test_a_ring_whose_reduce_scatter_does_it_all_loses_the_reduce_scatter_test(graded):
+    row = graded["delegator"]
+    assert row["status"] == "graded", row
+    assert lost(row) == {"lab05-test-real-rs"}, row
+    assert row["score"] == "12", row
 
 
 def test_a_rank_that_never_reaches_the_ring_is_named(tmp_path):
