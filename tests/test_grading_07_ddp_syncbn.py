@@ -3,7 +3,8 @@ autograded by src/dpc_instructor/grade.py with real torchrun launches.
 
 A correct submission written differently from the reference gets full marks (a backend chosen in
 another way, gradient accumulation with an explicit branch around `no_sync()` and a loss reduced
-every batch, the three statistics stacked instead of concatenated, `hasattr` instead of `getattr`;
+every batch, the three statistics stacked instead of concatenated, `hasattr` instead of `getattr`,
+`from torch import save` (the save test counts saves below torch.save, however it was imported);
 its train_epoch warns, as a library may for correct code: warnings never cost points); the
 reference itself passes, or the grader refuses to grade (dpc_instructor.grade.reference). A
 submission with the five typical DDP mistakes — no set_epoch, per-rank variances averaged instead
@@ -121,15 +122,16 @@ def sync_stats(x, cfg):
     mean = t[0] / t[2]
     return mean, t[1] / t[2] - mean ** 2, t[2]
 '''
+# `from torch import save`: the save test sees it (it once spied on torch.save after this import).
 SAVE = '''%%writefile runs/07/lab_save.py
-import torch
 import torch.distributed as dist
+from torch import save
 
 
 def save_checkpoint(model, path, cfg):
     if cfg["rank"] == 0:
         net = model.module if hasattr(model, "module") else model
-        torch.save(net.state_dict(), path)
+        save(net.state_dict(), path)
     if cfg["distributed"]:
         dist.barrier()
 '''
