@@ -19,7 +19,10 @@ JOBS ?=
 
 help:
 	@echo "make lab    set up (first time only) and open JupyterLab on the course's start page"
-	@echo "make horovod   build Horovod (chapter 6, lab 6; about 6 minutes, once): make lab leaves it for then"
+	@echo "make setup  install what is missing: .venv (pinned packages; a CPU build of torch where there is"
+	@echo "            no GPU), the course's packages, Horovod"
+	@echo "make horovod   build Horovod (chapter 6, lab 6, chapter 8's horovodrun; about 6 minutes, once):"
+	@echo "            make lab leaves it for then"
 	@echo "make test   set up, run the gates (make lint), then every test: helpers, notebooks, labs, grading"
 	@echo "make lint   the gates alone: ruff (code and notebooks) and mypy (the packages in src/)"
 	@echo "make labs   regenerate labs/ (student copies) from solutions/"
@@ -49,7 +52,8 @@ help:
 setup:
 	@bash src/dpc_setup/setup.sh
 
-# JupyterLab opens without waiting for Horovod's build (chapter 6 and lab 6 only): `make horovod` then.
+# JupyterLab opens without waiting for Horovod's build (chapter 6, lab 6, chapter 8's horovodrun):
+# `make horovod` then.
 lab:
 	@DPC_HOROVOD=$${DPC_HOROVOD:-later} bash src/dpc_setup/setup.sh
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) course/00-setup-and-devices.ipynb $(ROOT_FLAG) $(LAB_ARGS)
@@ -65,6 +69,7 @@ lint: setup
 # TEST_WORKERS=0: one process, in order.
 TEST_WORKERS ?= 2
 test: setup lint
+	@DPC_SYSTEM_FOR_TESTS=1 bash src/dpc_setup/system.sh
 	$(PY) -m dpc_maintainer.notebooks
 	$(PY) -m pytest tests build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 	  --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs --durations=25 \

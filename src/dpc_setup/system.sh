@@ -6,10 +6,12 @@
 # (a CI runner, a container, a course's grading box). Elsewhere it installs nothing and prints one
 # line naming what is missing: `make grade` then refuses (or runs unsandboxed with
 # DPC_SANDBOX=off), and the SLURM tests skip with that reason.
-# DPC_SYSTEM=0 skips this step.
+# DPC_SYSTEM=0 skips this step. DPC_SYSTEM_FOR_TESTS=1 (`make test`) adds chromium, which the tests
+# render the instructor's report in (tests/test_report.py; the classroom test installs it too).
 set -euo pipefail
 [ "${DPC_SYSTEM:-1}" = 0 ] && exit 0
 declare -A WANT=([bwrap]=bubblewrap [slurmctld]=slurm-wlm [munged]=munge)
+[ "${DPC_SYSTEM_FOR_TESTS:-0}" = 1 ] && WANT[chromium]=chromium
 missing=()
 for cmd in "${!WANT[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("${WANT[$cmd]}")

@@ -3,7 +3,7 @@
     link_check.py PRESET NBYTES[,NBYTES...] REPEAT
 
 Every rank checks its sums (exact: small integers); rank 0 reports, per size, the median over REPEAT
-calls of the slowest rank's time, beside link.ring_seconds(N, size).
+calls of the slowest rank's time (and every call's), beside link.ring_seconds(N, size).
 """
 import statistics
 import sys
@@ -39,7 +39,7 @@ for nbytes in sizes:
         assert torch.equal(buf, expected), f"wrong sum at {nbytes} bytes"
         if i:
             times.append(float(took))
-    rows.append({"nbytes": numel * 4, "measured": statistics.median(times),
+    rows.append({"nbytes": numel * 4, "measured": statistics.median(times), "times": times,
                  "predicted": link.ring_seconds(n, numel * 4)})
 if rank == 0:
     report(rows=rows)
