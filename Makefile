@@ -69,7 +69,7 @@ lint: setup
 # TEST_WORKERS=0: one process, in order.
 TEST_WORKERS ?= 2
 test: setup lint
-	@DPC_SYSTEM_FOR_TESTS=1 bash src/dpc_setup/system.sh
+	@DPC_SYSTEM_BROWSER=1 bash src/dpc_setup/system.sh
 	$(PY) -m dpc_maintainer.notebooks
 	$(PY) -m pytest tests build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 	  --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs --durations=25 \

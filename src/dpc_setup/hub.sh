@@ -16,12 +16,11 @@ mkdir -p "$CACHE" build
 exec 9>"$CACHE/.lock"
 flock 9
 
-# The browser: Debian's chromium (Playwright's own downloads are never used).
+# The browser: Debian's chromium (Playwright's own downloads are never used), installed as root by
+# the course's one apt step (system.sh; its log build/apt.log).
 if [ ! -x /usr/bin/chromium ]; then
-  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null || die "chromium is missing (as root: apt-get install chromium)"
-  echo "hub: installing chromium (apt, about a minute)"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
-    >build/hub-apt.log 2>&1 || { tail -n 20 build/hub-apt.log >&2; die "apt-get install chromium failed (see build/hub-apt.log)"; }
+  DPC_SYSTEM=1 DPC_SYSTEM_BROWSER=1 bash src/dpc_setup/system.sh
+  [ -x /usr/bin/chromium ] || die "chromium is missing (as root: apt-get install chromium; see build/apt.log)"
 fi
 
 # The proxy, pinned, in the cache's own node_modules.

@@ -6,12 +6,13 @@
 # (a CI runner, a container, a course's grading box). Elsewhere it installs nothing and prints one
 # line naming what is missing: `make grade` then refuses (or runs unsandboxed with
 # DPC_SANDBOX=off), and the SLURM tests skip with that reason.
-# DPC_SYSTEM=0 skips this step. DPC_SYSTEM_FOR_TESTS=1 (`make test`) adds chromium, which the tests
-# render the instructor's report in (tests/test_report.py; the classroom test installs it too).
+# DPC_SYSTEM=0 skips this step. DPC_SYSTEM_BROWSER=1 adds chromium, the browser the tests drive: the
+# students of `make classroom-test` (src/dpc_setup/hub.sh) and the instructor's report (`make test`,
+# tests/test_report.py).
 set -euo pipefail
 [ "${DPC_SYSTEM:-1}" = 0 ] && exit 0
 declare -A WANT=([bwrap]=bubblewrap [slurmctld]=slurm-wlm [munged]=munge)
-[ "${DPC_SYSTEM_FOR_TESTS:-0}" = 1 ] && WANT[chromium]=chromium
+[ "${DPC_SYSTEM_BROWSER:-0}" = 1 ] && WANT[chromium]=chromium
 missing=()
 for cmd in "${!WANT[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("${WANT[$cmd]}")
@@ -29,5 +30,6 @@ else
   why=()
   [[ " ${missing[*]} " == *" bubblewrap "* ]] && why+=("without bubblewrap \`make check\` runs your notebook outside the grader's sandbox")
   [[ " ${missing[*]} " == *" slurm-wlm "* || " ${missing[*]} " == *" munge "* ]] && why+=("\`make cluster-test\` (chapter 8's SLURM cluster) needs slurm-wlm and munge")
+  [[ " ${missing[*]} " == *" chromium "* ]] && why+=("the tests' browser is chromium")
   echo "setup: optional system packages not installed: ${missing[*]} ($(IFS=';'; echo "${why[*]}" | sed 's/;/; /g'); root installs them: apt-get install ${missing[*]})"
 fi
