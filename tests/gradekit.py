@@ -2,13 +2,14 @@
 src/dpc_instructor/grade.py exactly as an instructor would (fresh nbgrader course, per-cell limits, CSV)."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import stat
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -122,6 +123,26 @@ def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
     seed = args[args.index("--seed") + 1] if "--seed" in args else os.environ["DPC_GRADE_SEED"]
     assert {row["seed"] for row in rows.values()} <= {seed}, "each row names the run's seed"
     return rows
+
+
+@contextlib.contextmanager
+def hogs_on_one_core(n: int = 4) -> Iterator[int]:
+    """This process (and what it starts: the grader and its jobs) on one core, beside n processes that
+    spin on it, each in a session of its own (as other users' work is: the scheduler shares a core
+    between sessions, so hogs in one session would take only one share); yields the core. The hogs
+    are stopped and this process's cores given back at the end."""
+    mine = os.sched_getaffinity(0)
+    core = min(mine)
+    hogs = [subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"],
+                             start_new_session=True) for _ in range(n)]
+    os.sched_setaffinity(0, {core})
+    try:
+        yield core
+    finally:
+        os.sched_setaffinity(0, mine)
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 # What a submission must never change on the grading host: device nodes the sandbox shares, the

@@ -7,13 +7,16 @@ import copy
 import json
 import os
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import gradekit
 import pytest
 
 from dpc_instructor import grade, gradebook
-from dpc_runtime import notebook, sandbox
+from dpc_runtime import cpuwait, notebook, sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -381,6 +384,59 @@ def test_only_the_grading_machines_failures_are_tried_again():
                 outcome(1, "nbclient.exceptions.DeadKernelError: Kernel died\n"),
                 outcome(1, "CellTimeoutError: A cell timed out\n"), outcome(1, f"print('x')\n{proc}\n")]:
         assert grade.host_failure(own) is None, own
+
+
+def waits(*series: tuple[float, float, float]) -> cpuwait.CpuWaits:
+    return cpuwait.CpuWaits(root=0, series=list(series))
+
+
+def test_a_cell_past_its_limit_is_the_machines_only_when_it_waited_for_a_cpu():
+    """busy_timeout: a cell past its limit is tried again when, while it ran, the job's threads waited
+    for a CPU longer than they ran; a sleeping cell (neither) or a spinning one (ran) is the
+    submission's, and the note says what was measured."""
+    line = "[AutogradeApp | ERROR] dpc-timeout lab01-fast-tf-pipeline 45 s at 1000.000\n"
+    assert grade.cell_timeouts("x\n" + line) == [("lab01-fast-tf-pipeline", 45, 1000.0)]
+    starved = sandbox.Outcome(0, line, False, cpu=waits((900.0, 0, 0), (955.0, 1.0, 0.5), (1000.5, 15.0, 70.5)))
+    assert grade.busy_timeout(starved) == ("cell lab01-fast-tf-pipeline ran past its 45 s limit while the job's "
+                                           "processes waited 70 s for a CPU and ran 14 s: the machine was busy")
+    slept = sandbox.Outcome(0, line, False, cpu=waits((900.0, 0, 0), (955.0, 1.0, 0.5), (1000.5, 1.2, 0.6)))
+    spun = sandbox.Outcome(-1, line, False, cpu=waits((900.0, 0, 0), (955.0, 1.0, 0.5), (1000.5, 45.5, 3.0)))
+    for own in (slept, spun, outcome(0), outcome(0, line)):
+        assert grade.busy_timeout(own) is None, own
+    assert grade.measured(slept) == ("cell lab01-fast-tf-pipeline: in its 45 s the job's processes ran 0.2 s and "
+                                     "waited 0.1 s for a CPU")
+    assert grade.measured(outcome(0, "no time-out\n")) == ""
+
+
+# a process pinned to one CPU that burns this much CPU time, then ends
+SPIN = ("import os, time; os.sched_setaffinity(0, {{{cpu}}}); start = time.process_time()\n"
+        "while time.process_time() - start < {seconds}: pass")
+
+
+def test_a_starved_thread_is_seen_waiting_and_a_sleeping_one_is_not():
+    """dpc_runtime.cpuwait on real processes: a child that spins on a CPU shared with two others that
+    spin (all three pinned to one CPU) waits longer than it runs; one that sleeps does neither."""
+    cpu = min(os.sched_getaffinity(0))
+    hogs = [subprocess.Popen([sys.executable, "-c", SPIN.format(cpu=cpu, seconds=600)]) for _ in range(2)]
+    try:
+        spinner = subprocess.Popen([sys.executable, "-c", SPIN.format(cpu=cpu, seconds=0.6)])
+        sampled = cpuwait.CpuWaits(spinner.pid)
+        while spinner.poll() is None:
+            sampled.sample()
+        ran, waited = sampled.series[-1][1:]
+        assert ran >= 0.3 and waited > ran, (ran, waited)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    sampled = cpuwait.CpuWaits(sleeper.pid)
+    sampled.sample()
+    before = sampled.series[-1][1:]
+    for _ in range(5):
+        sampled.sample()
+    sleeper.communicate(b"")
+    assert sampled.between(0, time.time()) == pytest.approx(before, abs=0.05)
 
 
 def test_the_seed_probe_finds_the_seed_in_the_environment_or_a_file(tmp_path, monkeypatch):

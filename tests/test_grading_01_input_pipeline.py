@@ -30,7 +30,9 @@ finds both: test_the_seeker_would_see_the_seed_and_a_generator.)
 from __future__ import annotations
 
 import os
+import re
 
+import gradekit
 import pytest
 from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill
 
@@ -224,6 +226,24 @@ def test_interrupt_survivor_is_reported_not_graded(graded):
     assert row["status"].startswith("not graded: a cell ('import time' ...) kept running after its "
                                     "time limit and an interrupt"), row["status"]
     assert row["score"] == "0"
+
+
+def test_a_busy_grading_node_costs_no_points(tmp_path):
+    """The grader and its jobs on one core beside four processes that spin on it (other users' work,
+    each in a session of its own): the correct answer in another shape still gets full marks (a cell
+    that ran past its limit while its processes waited for a CPU would be graded again, with twice
+    the time: grade.busy_timeout), and the debugging loop, which sleeps, still loses exactly its cell
+    (a cell past its limit by itself, whatever the machine: it never waits for a CPU), and its note
+    says what was measured."""
+    name = RELEASE.name
+    students = {"other": {name: submission(OTHER)}, "looping": {name: submission(LOOPING)}}
+    with gradekit.hogs_on_one_core(4):
+        rows = grade_all(LAB, students, tmp_path, notebook_timeout=900, args=("--seed", str(SEED)))
+    other, looping = rows["other"], rows["looping"]
+    assert (other["status"], other["score"], other["max_score"]) == ("graded", "10", "10"), other
+    assert (looping["status"], looping["score"]) == ("graded", "5"), looping
+    assert re.search(r"cell lab01-fast-tf-pipeline: in its \d+ s the job's processes ran [\d.]+ s and waited "
+                     r"[\d.]+ s for a CPU: past its limit by itself", looping["notes"]), looping["notes"]
 
 
 def test_bad_submissions_get_one_clear_status(graded):

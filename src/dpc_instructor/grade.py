@@ -26,9 +26,13 @@ breaks is repaired (repair: copied cells, lost or edited metadata, moved or dele
 the note column says what was repaired).
 
 A job that fails for the grading machine's reason, not the submission's (its sandbox or its kernel
-did not start, or something outside killed it: host_failure), is run again, up to RETRIES more
-times, in the same run; "not graded" then names that cause, and the run's last line counts the
-students graded again and those not graded. Nothing is copied out of a job (nor into one) but
+did not start, or something outside killed it: host_failure; or a cell ran past its time limit while
+the machine was busy: busy_timeout, from what the job's threads ran and waited for a CPU while that
+cell ran, dpc_runtime.cpuwait), is run again, up to RETRIES more times, in the same run, each try with
+twice the time limits of the one before; "not graded" then names that cause, and the run's last line
+counts the students graded again and those not graded. A cell past its limit is the submission's
+only when its processes were not kept waiting (a sleeping or a busy loop, a slow answer on a calm
+machine): the note or the status then says what was measured. Nothing is copied out of a job (nor into one) but
 folders and regular files (dpc_runtime.sandbox.copy_regular): a link the student's code left in
 its folder is never followed, and the note column says what was left out.
 
@@ -321,12 +325,13 @@ class Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def job_env(scratch: Path, cell_timeout: int | None, seed: int | None) -> dict[str, str]:
+def job_env(scratch: Path, cell_timeout: int | None, seed: int | None, scale: float = 1) -> dict[str, str]:
     """The environment of one student's nbgrader and kernel: sandbox.clean_env, plus Jupyter's
     folders in the job folder (jupyter_client writes a kernel's connection file to TMPDIR, which the
     kernel's sandbox must see: it is the runtime folder) and the run's seed of the hidden tests;
     seed None (a lab whose hidden cases are made outside the kernel: make_cases): no seed at all,
-    not even one the grader's own environment holds (the kernel's rng() draws from 0)."""
+    not even one the grader's own environment holds (the kernel's rng() draws from 0); scale: of every
+    cell's time limit (dpc_runtime.manifest.cell_timeout)."""
     env = sandbox.clean_env(scratch / "home", scratch / "runtime")
     env.update(JUPYTER_PATH=str(scratch / "share"), JUPYTER_RUNTIME_DIR=str(scratch / "runtime"),
                PYDEVD_DISABLE_FILE_VALIDATION="1")
@@ -335,6 +340,7 @@ def job_env(scratch: Path, cell_timeout: int | None, seed: int | None) -> dict[s
         env[judge.SEED_VARIABLE] = str(seed)
     if cell_timeout:
         env["DPC_CELL_TIMEOUT"] = str(cell_timeout)
+    env["DPC_CELL_TIME_SCALE"] = f"{scale:g}"
     return env
 
 
@@ -552,20 +558,55 @@ def host_failure(done: sandbox.Outcome) -> str | None:
     return None
 
 
+def cell_timeouts(output: str) -> list[tuple[str, int, float]]:
+    """The cells that ran past their time limit in a job, from its log (nbgrader_hooks.TimedExecute's
+    lines): (the cell's grade id, or its index, its limit in s, when it was interrupted: time.time())."""
+    return [(m[1], int(m[2]), float(m[3])) for m in re.finditer(nbgrader_hooks.TIMEOUT_LINE, output)]
+
+
+def cpu_while(done: sandbox.Outcome, limit: float, end: float) -> tuple[float, float]:
+    """Seconds the job's threads ran, and waited for a CPU, in the `limit` seconds before `end`."""
+    return done.cpu.between(end - limit, end) if done.cpu else (0.0, 0.0)
+
+
+def busy_timeout(done: sandbox.Outcome) -> str | None:
+    """Why a try whose kernel ran was the machine's failure: a cell ran past its time limit while the
+    job's threads waited for a CPU longer than they ran (they got less than half the CPU they wanted:
+    the same cell on a calm machine takes at most half the time). None when no cell ran past its
+    limit, or the time was the submission's (a sleeping or spinning cell runs, or sleeps; it does not
+    wait for a CPU)."""
+    for gid, limit, end in cell_timeouts(done.output):
+        ran, waited = cpu_while(done, limit, end)
+        if waited > max(ran, 1.0):
+            return (f"cell {gid} ran past its {limit} s limit while the job's processes waited {waited:.0f} s "
+                    f"for a CPU and ran {ran:.0f} s: the machine was busy")
+    return None
+
+
+def measured(done: sandbox.Outcome) -> str:
+    """What the job's threads did while its first cell past its limit ran, in words ('' when none did)."""
+    for gid, limit, end in cell_timeouts(done.output)[:1]:
+        ran, waited = cpu_while(done, limit, end)
+        return (f"cell {gid}: in its {limit} s the job's processes ran {ran:.1f} s and waited "
+                f"{waited:.1f} s for a CPU")
+    return ""
+
+
 T = TypeVar("T")
 
 
 def _tries(run: Run, sid: str, notebooks: dict[str, dict], kept: dict[str, bytes],
            config: Callable[[Path], str], then: Callable[[Path, sandbox.Outcome, str | None], T],
            retried: list[str]) -> T:
-    """_autograde in a fresh job folder, up to RETRIES more times while a try fails for the
-    grading machine's reason (host_failure; each cause added to retried); then(job folder,
-    outcome, host_failure of it) of the last try, while its folder is still there (removed after)."""
+    """_autograde in a fresh job folder, up to RETRIES more times while a try fails for the grading
+    machine's reason (host_failure, busy_timeout; each cause added to retried), each try with twice
+    the time limits of the one before; then(job folder, outcome, that reason or None) of the last
+    try, while its folder is still there (removed after)."""
     for attempt in range(RETRIES + 1):
         scratch = run.course.jobs / f"{run.lab}-{sid}-{uuid.uuid4().hex[:8]}"
         try:
-            done = _autograde(run, scratch, sid, notebooks, kept, config(scratch))
-            host = host_failure(done)
+            done = _autograde(run, scratch, sid, notebooks, kept, config(scratch), scale=2 ** attempt)
+            host = host_failure(done) or busy_timeout(done)
             if host is None or attempt == RETRIES:
                 return then(scratch, done, host)
             retried.append(host)
@@ -575,9 +616,10 @@ def _tries(run: Run, sid: str, notebooks: dict[str, dict], kept: dict[str, bytes
 
 
 def _autograde(run: Run, scratch: Path, sid: str, notebooks: dict[str, dict], kept: dict[str, bytes],
-               config: str) -> sandbox.Outcome:
+               config: str, scale: float = 1) -> sandbox.Outcome:
     """Run nbgrader's autograde of these notebooks for student sid in the job folder scratch (a
-    copy of the template), sandboxed; `config`: the job's lines for nbgrader_hooks (the judge's)."""
+    copy of the template), sandboxed; `config`: the job's lines for nbgrader_hooks (the judge's);
+    scale: of the cells' and the notebook's time limits."""
     lab = run.lab
     gradebook.say_refused(sandbox.copy_regular(run.template, scratch), "grade: the job's template")
     gradebook.nbgrader_course(scratch, lab, write_source=False)
@@ -592,7 +634,7 @@ def _autograde(run: Run, scratch: Path, sid: str, notebooks: dict[str, dict], ke
     home, khome = scratch / "home", scratch / "kernel-home"
     for d in (home, khome, scratch / "runtime", scratch / "share", scratch / "autograded"):
         d.mkdir()
-    env = job_env(scratch, run.cell_timeout, None if run.cases else run.seed)
+    env = job_env(scratch, run.cell_timeout, None if run.cases else run.seed, scale)
     argv = [str(BIN / "nbgrader"), "autograde", lab, f"--student={sid}", "--force"]
     if run.sandboxed:
         graded = scratch / "autograded" / sid / lab
@@ -611,7 +653,7 @@ def _autograde(run: Run, scratch: Path, sid: str, notebooks: dict[str, dict], ke
         # can start the kernel's (host_proc).
         argv = sandbox.bwrap_argv(argv, writable=[scratch], env=env, cwd=scratch, host_proc=True)
         sandbox.hand_over(scratch)
-    return sandbox.run_limited(argv, scratch, env, run.notebook_timeout, run.limits, watch=scratch)
+    return sandbox.run_limited(argv, scratch, env, run.notebook_timeout * scale, run.limits, watch=scratch)
 
 
 REFERENCE = "reference-records.json"  # in the template: the judge's reference (see reference)
@@ -644,8 +686,8 @@ def reference(run: Run) -> None:
 
         def keep(scratch: Path, done: sandbox.Outcome, host: str | None) -> None:
             records = scratch / "records.json"
-            failed = (None if done.code == 0 else f"{host} on all {RETRIES + 1} tries" if host
-                      else why_failed(done.output, done.code, run.limits))
+            failed = (f"{host} on all {RETRIES + 1} tries" if host
+                      else None if done.code == 0 else why_failed(done, run.limits))
             if failed is None:
                 from nbgrader.api import Gradebook
 
@@ -689,25 +731,31 @@ def reference(run: Run) -> None:
 
 def _grade_in(st: Student, run: Run, scratch: Path, done: sandbox.Outcome, host: str | None) -> Student:
     """st's grade from the outcome `done` of the last try in the job folder scratch (removed by the
-    caller), judged against the reference; host: host_failure of that try."""
+    caller), judged against the reference; host: that try's failure of the grading machine
+    (host_failure, busy_timeout)."""
     code, out = done.code, done.output
     if st.retried:
         st.notes.append("graded again after a failure of the grading machine, not of this submission: "
                         + "; ".join(f"try {i}: {cause}" for i, cause in enumerate(st.retried, 1)))
-    if done.disk_full:
+    if host and (code == 0 or code == -1):  # the last try too ran past a limit on a busy machine
+        st.status = (f"not graded: {host}, on all {RETRIES + 1} tries: the grading machine's failure, not "
+                     f"the submission's; grade again when the machine is calmer")
+    elif done.disk_full:
         st.status = (f"not graded: wrote more than {run.limits.disk >> 20} MiB of files in all (the "
                      f"limit for one student's files); stopped there")
     elif code == -1:
-        st.status = (f"not graded: still running after {run.notebook_timeout:.0f} s (a cell that "
-                     f"survives interrupts?): grade by hand")
+        st.status = (f"not graded: still running after {run.notebook_timeout * 2 ** len(st.retried):.0f} s "
+                     f"(a cell that survives interrupts?): grade by hand")
     elif done.out_of_memory:
         st.status = f"not graded: used more than {run.limits.memory >> 30} GiB of memory"
-    elif code != 0:
+    elif code == 0 and cell_timeouts(out):  # graded; the interrupted cell lost its points
+        st.notes.append(f"{measured(done)}: past its limit by itself, not for want of a CPU")
+    if code != 0 and not st.status.startswith("not graded"):
         log = run.course.root / "logs" / f"autograde-{run.lab}-{st.id}.log"
         log.parent.mkdir(exist_ok=True)
         log.write_text(out)
         why = (f"{host}, on all {RETRIES + 1} tries: the grading machine's failure, not the "
-               f"submission's; grade again" if host else why_failed(out, code, run.limits))
+               f"submission's; grade again" if host else why_failed(done, run.limits))
         st.status = f"not graded: {why} (log: {log})"
     return record(st, run, scratch if st.status == "graded" else None)
 
@@ -724,14 +772,16 @@ def record(st: Student, run: Run, graded: Path | None) -> Student:
     return st
 
 
-def why_failed(log: str, code: int, limits: sandbox.Limits) -> str:
-    """One line on why nbgrader gave up on a notebook, from its log."""
+def why_failed(done: sandbox.Outcome, limits: sandbox.Limits) -> str:
+    """One line on why nbgrader gave up on a notebook, from its log and what its threads did."""
+    log, code = done.output, done.code
     if code in (-25, 153) or "File size limit exceeded" in log:
         return f"wrote a file over {limits.file_size >> 20} MiB (the limit for any one file)"
     if "CellTimeoutError" in log:
         preview = re.search(r"preview of the cell contents:\s*\n\s*-+\s*\n(.*?)\n", log)
         cell = f" ({preview.group(1).strip()!r} ...)" if preview else ""
-        return (f"a cell{cell} kept running after its time limit and an interrupt (does it catch "
+        calm = f" ({measured(done)}: not for want of a CPU)" if cell_timeouts(log) else ""
+        return (f"a cell{cell} kept running after its time limit and an interrupt{calm} (does it catch "
                 f"KeyboardInterrupt or BaseException?); nbgrader cannot grade the rest: grade by hand")
     errors = [ln.split("|", 1)[-1].strip() for ln in log.splitlines() if "| ERROR]" in ln]
     return "autograde failed: " + (errors[0] if errors else (log.strip().splitlines() or ["?"])[-1])

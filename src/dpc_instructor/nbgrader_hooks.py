@@ -9,11 +9,17 @@ points, as in the self-check (dpc_runtime.check).
 process, it compares the values the cell recorded with the reference run's; a cell whose records
 differ gets an error output, so nbgrader gives it no points whatever the kernel printed. In the
 reference run (`record_to`), it writes the reference's records instead.
+
+`TimedExecute` is nbgrader's Execute that logs each cell it interrupts at its time limit: its grade id,
+the limit and the moment (TIMEOUT_LINE), so that the grader can tell, from what the job's threads did
+meanwhile (dpc_runtime.cpuwait), a slow or stuck cell from one starved by a busy machine.
 """
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor, Preprocessor
 from nbformat.v4 import new_output
@@ -34,6 +40,20 @@ from dpc_runtime import judge
 # nbgrader's own list, in its order (tests/test_grade_units.py checks it still is)
 NBGRADER_AUTOGRADE = [Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
                       AssignLatePenalties, CheckCellMetadata]
+
+
+# what TimedExecute logs, as grade.cell_timeouts reads it: grade id (or "cell N"), limit (s), time.time()
+TIMEOUT_LINE = r"dpc-timeout (\S+) (\d+) s at (\d+\.\d+)"
+
+
+class TimedExecute(Execute):
+    """nbgrader's Execute; a cell interrupted at its time limit is logged (TIMEOUT_LINE)."""
+
+    async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
+        gid = (cell.metadata.get("nbgrader", {}).get("grade_id") if cell is not None else None) or (
+            f"cell-{self.code_cells_executed}")
+        self.log.error("dpc-timeout %s %d s at %.3f", gid, timeout, time.time())
+        return await super()._async_handle_timeout(timeout, cell)
 
 
 class StderrIsOutput(Preprocessor):
@@ -102,7 +122,7 @@ class Judge(Preprocessor):
         return nb, resources
 
 
-AUTOGRADE = [Execute, Judge, StderrIsOutput, *NBGRADER_AUTOGRADE[1:]]
+AUTOGRADE = [TimedExecute, Judge, StderrIsOutput, *NBGRADER_AUTOGRADE[1:]]
 
 
 def job_config(reference: Path | None = None, record_to: Path | None = None) -> str:

@@ -80,6 +80,9 @@ def cell_timeout(cell: dict[str, Any]) -> int:
     """Seconds one cell may run while grading or self-checking: its slow_cells entry, by grade id.
 
     Every other cell: $DPC_CELL_TIMEOUT (the grader's --cell-timeout), default DEFAULT_CELL_TIMEOUT.
+    Both times $DPC_CELL_TIME_SCALE (default 1): the grader's try after a cell ran past its limit on a
+    busy machine gets more time.
     """
     default = int(os.environ.get("DPC_CELL_TIMEOUT", DEFAULT_CELL_TIMEOUT))
-    return slow_cells().get(notebook.grade_id(cell) or "", default)
+    scale = float(os.environ.get("DPC_CELL_TIME_SCALE", "1"))
+    return round(slow_cells().get(notebook.grade_id(cell) or "", default) * scale)

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpc_runtime.cpuwait import SAMPLE_S, CpuWaits
 from dpc_runtime.launch import MARKER, kill_launch  # one process-tree killer for the course
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -481,12 +482,14 @@ def clean_env(home: Path, tmp: Path) -> dict[str, str]:
 @dataclass(frozen=True)
 class Outcome:
     """How a limited run ended: exit code (-1: stopped at its time limit), output, memory
-    exhausted, stopped for filling its folder (`disk_full`)."""
+    exhausted, stopped for filling its folder (`disk_full`), and what its threads ran and waited for
+    a CPU over time (`cpu`)."""
 
     code: int
     output: str
     out_of_memory: bool
     disk_full: bool = False
+    cpu: CpuWaits | None = None
 
 
 def disk_usage(folder: Path) -> int:
@@ -506,7 +509,8 @@ def run_limited(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
     """Run argv in its own session and cgroup, files capped; kill everything it started at the end.
 
     `watch`: a folder the run may fill up to limits.disk bytes; a watcher stops the run there
-    (and it ends with disk_full)."""
+    (and it ends with disk_full). The watcher also samples what the run's threads ran and waited
+    for a CPU (dpc_runtime.cpuwait), for the outcome's `cpu`."""
 
     launch_id = uuid.uuid4().hex
     cgroup = Cgroup(limits)
@@ -516,10 +520,12 @@ def run_limited(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
                             start_new_session=True, env={**env, MARKER: launch_id})
     full = threading.Event()
     ended = threading.Event()
+    cpu = CpuWaits(proc.pid)
 
     def watcher() -> None:
-        while watch is not None and not ended.wait(0.25):
-            if disk_usage(watch) > limits.disk:
+        while not ended.wait(SAMPLE_S):
+            cpu.sample()
+            if watch is not None and disk_usage(watch) > limits.disk:
                 full.set()
                 kill_launch(launch_id, [proc])
                 cgroup.kill_all()
@@ -535,10 +541,11 @@ def run_limited(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
     finally:
         ended.set()
         guard.join()
+        cpu.sample()  # the last threads before they are stopped
         kill_launch(launch_id, [proc])  # kernels and ranks too: they carry the marker
         out_of_memory = cgroup.out_of_memory()  # read before close() removes the cgroup
         cgroup.close()  # kills whatever is left in it
-    return Outcome(code, out or "", out_of_memory, full.is_set())
+    return Outcome(code, out or "", out_of_memory, full.is_set(), cpu)
 
 
 def cgroups_work() -> bool:
