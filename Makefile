@@ -15,7 +15,7 @@ OUT ?= grades.csv
 COURSE ?= build/course
 JOBS ?=
 
-.PHONY: help setup horovod lab lint test labs grade grades report feedback check solutions bench soak clean release class-env classroom-test classroom-fairness
+.PHONY: help setup horovod lab lint test book labs grade grades report feedback check solutions bench soak clean release class-env classroom-test classroom-fairness
 
 help:
 	@echo "make lab    set up (first time only) and open JupyterLab on the course's start page"
@@ -26,6 +26,8 @@ help:
 	@echo "make test   set up, run the gates (make lint), then every test: helpers, notebooks, labs, grading"
 	@echo "make lint   the gates alone: ruff (code and notebooks) and mypy (the packages in src/)"
 	@echo "make labs   regenerate labs/ (student copies) from solutions/"
+	@echo "make book   the course as a website in build/book/ (chapters with outputs, labs as released,"
+	@echo "            search, offline): its own environment build/book-env (requirements-book.txt); book/hub.yml"
 	@echo "make grade SUBMISSIONS=dir LAB=... [JOBS=N] [COURSE=build/course] [OUT=grades.csv]"
 	@echo "            autograde a folder of submissions, N at a time, sandboxed, into the course gradebook"
 	@echo "            (SLURM=1 [SLURM_ARGS=\"--partition=P --account=A\"]: one SLURM task per student; again resumes)"
@@ -79,6 +81,24 @@ test: setup lint
 # `make setup` and every other target build it too; `make lab` leaves it for chapter 6.
 horovod:
 	@DPC_HOROVOD=1 bash src/dpc_setup/setup.sh
+
+# `make book [BOOK_ARGS="--out DIR"]`: the course as a static website in build/book/ (src/dpc_maintainer/book.py,
+# book/conf.py; the hub link: book/hub.yml). It needs only its own environment, built once from BOOK_PYTHON with
+# requirements-book.txt (Sphinx, MyST-NB, sphinx-book-theme, Playwright for tests/test_book.py), not `make setup`.
+BOOK_ENV := build/book-env
+BOOK_PYTHON ?= /usr/bin/python3
+BOOK_ARGS ?=
+$(BOOK_ENV)/.dpc-book: requirements-book.txt
+	@command -v $(BOOK_PYTHON) >/dev/null || { echo "book: $(BOOK_PYTHON) not found (BOOK_PYTHON=another python3)"; exit 1; }
+	@echo "book: building the site builder's environment $(BOOK_ENV) (requirements-book.txt)"
+	@mkdir -p build && rm -rf $(BOOK_ENV) && $(BOOK_PYTHON) -m venv $(BOOK_ENV)
+	@$(BOOK_ENV)/bin/python -m pip install -q -r requirements-book.txt >build/book-pip.log 2>&1 \
+	  || { tail -n 20 build/book-pip.log; echo "book: pip install -r requirements-book.txt failed (build/book-pip.log)"; exit 1; }
+	@touch $@
+.PHONY: book-env
+book-env: $(BOOK_ENV)/.dpc-book
+book: $(BOOK_ENV)/.dpc-book
+	@PYTHONPATH=$(CURDIR)/src $(BOOK_ENV)/bin/python -m dpc_maintainer.book $(BOOK_ARGS)
 
 labs: setup
 	$(PY) -m dpc_instructor.labs generate

@@ -93,9 +93,10 @@ def test_every_module_of_the_lesson_names_its_chapters():
 
 # Modules that also run in an environment other than the course's: the classroom's browser phase runs in the
 # hub's (JupyterHub, Playwright; src/dpc_setup/hub.sh), the guardian with whatever python started the run,
-# Horovod's build-log reader with the Python being built for (src/dpc_setup/horovod/build.sh).
+# Horovod's build-log reader with the Python being built for (src/dpc_setup/horovod/build.sh), the website's
+# builder in its own (requirements-book.txt: Sphinx, Playwright).
 OUTSIDE_THE_COURSE_ENV = ("dpc_maintainer.classroom", "dpc_runtime.reaper", "dpc_instructor.hub.cgroups",
-                          "dpc_setup.buildlog")
+                          "dpc_setup.buildlog", "dpc_maintainer.book")
 
 
 @pytest.mark.parametrize("module", OUTSIDE_THE_COURSE_ENV)

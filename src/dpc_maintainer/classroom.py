@@ -7,8 +7,10 @@ As root, with apt (chromium) and npm: src/dpc_setup/hub.sh (chromium, the proxy,
 environment), the class environment (`make class-env`), N student accounts and an instructor with
 random passwords, the student release served by `git daemon` on loopback, a JupyterHub with
 PAM logins and per-user cgroups (src/dpc_instructor/hub/jupyterhub_config.py) on free loopback ports.
-Then, per lab: the instructor releases the assignment into an nbgrader exchange; every student logs
-in in Chromium (Playwright driving /usr/bin/chromium), clicks the nbgitpuller link, gets the lab's
+The course's website is built with this hub's link (dpc_maintainer.book). Then, per lab: the instructor
+releases the assignment into an nbgrader exchange; every student logs in in Chromium (Playwright driving
+/usr/bin/chromium), first follows chapter 5's "Open on your class hub" on the website (the first lab only:
+nbgitpuller clones the release into their home, JupyterLab opens the chapter), clicks the lab's nbgitpuller link, gets the lab's
 answer cells from the reference solution through their own Jupyter server (odd students; even ones
 hand in the lab unfilled), all press Run All at the same time and save; they submit with nbgrader,
 the instructor collects, the course's grader grades (sandboxed; with the notebooks' own parameters, or
@@ -47,6 +49,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -65,11 +68,14 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DEFAULT_LAB = "05-ring-allreduce"
+CHAPTER = "course/05-ring-allreduce.ipynb"  # the chapter students open from the course's website, by its hub link
 FAIRNESS_LAB = "06-horovod"  # a heavy lab: Horovod ranks (horovodrun itself imports TensorFlow)
 # Deadlines (seconds) of the waits: generous, for a loaded 2-core machine; every wait ends on an event.
 SPAWN_S = 300
 RUN_ALL_S = 900
 COMMAND_S = 900
+SAVE_S = 120  # File > Save Notebook until the saved notebook shows the run
+PRESS_S = 15  # a menu press that starts no save within this is pressed again
 
 
 class StepFailed(RuntimeError):
@@ -92,6 +98,18 @@ def unavailable() -> str:
         if not shutil.which(tool):
             return f"no {tool}"
     return ""
+
+
+def pull_link(hub: str, repo: str, path: str, branch: str = "student") -> str:
+    """The nbgitpuller link that clones (or pulls) repo's branch into the user's home and opens path in JupyterLab.
+
+    hub: the hub's address (without /hub); repo: the release's git URL; path: a file or folder of the release.
+    nbgitpuller clones into a folder named like the URL's last part, so that is the folder JupyterLab opens.
+    """
+    folder = repo.rstrip("/").split("/")[-1]
+    query = urllib.parse.urlencode({"repo": repo.rstrip("/"), "branch": branch, "urlpath": f"lab/tree/{folder}/{path}"},
+                                   safe="/")
+    return f"{hub.rstrip('/')}/hub/user-redirect/git-pull?{query}"
 
 
 # ---------------------------------------------------------------- the timeline
@@ -306,6 +324,16 @@ class Classroom:
             raise StepFailed(f"{e}\n{tail}") from None
         self.base = base
 
+    def build_book(self) -> None:
+        """The course's website (dpc_maintainer.book, its own environment) whose hub links lead to this hub."""
+        run(["make", "-s", "book-env"], "make book-env", self.log, cwd=ROOT)
+        env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+        env["PYTHONPATH"] = str(ROOT / "src")
+        run([str(ROOT / "build/book-env/bin/python"), "-m", "dpc_maintainer.book", "--out", str(self.dir / "book"),
+             "--src", str(self.dir / "book-src"), "--hub-url", self.base, "--repo", self.repo],
+            "make book", self.log, cwd=ROOT, env=env)
+        self.book = self.dir / "book"
+
     def make_exchange(self) -> None:
         """nbgrader's exchange (mode 1777) and the instructor's course folder."""
         self.exchange.chmod(0o1777)
@@ -340,6 +368,8 @@ class Classroom:
                 "students": [asdict(s) for s in self.students],
                 "answers": answers(lab) if phase in ("work", "fairness") else {},
                 "mem": self.mem,
+                "book": str(getattr(self, "book", "")), "chapter": CHAPTER if lab == self.labs[0] else "",
+                "chapter_title": chapter_title(),
                 "feedback": self.feedback_pages(lab) if phase == "feedback" else {}}
         plan_file = self.dir / f"plan-{phase}-{lab}.json"
         plan_file.write_text(json.dumps(plan))
@@ -472,6 +502,9 @@ class Classroom:
             self.serve_release()
         with t.step("JupyterHub and its proxy up"):
             self.start_hub()
+        if not self.fairness_only:
+            with t.step("the course's website with this hub's link (make book)"):
+                self.build_book()
         for lab in self.labs:
             if os.environ.get("DPC_CLASSROOM_UP_ONLY"):  # debugging: the class up, nothing run
                 return
@@ -662,6 +695,32 @@ async def _login(ctx: Any, plan: dict, s: dict) -> Any:
     return page
 
 
+def chapter_title() -> str:
+    """CHAPTER's title (its first heading), as JupyterLab shows it at the top of the notebook."""
+    from dpc_instructor.release import first_heading  # the harness's side (the course's environment)
+
+    return first_heading(ROOT / CHAPTER)
+
+
+async def _open_chapter(page: Any, plan: dict, name: str) -> float:
+    """From the course's website (file://), follow a chapter's "Open on your class hub": nbgitpuller pulls the
+    release into the student's home and JupyterLab opens the chapter there. Seconds it took."""
+    t0 = time.monotonic()
+    chapter, folder = plan["chapter"], plan["folder"]
+    await page.goto((Path(plan["book"]) / chapter).with_suffix(".html").as_uri())
+    await page.click("a.dpc-hub")
+    await page.wait_for_url(f"**/user/{name}/lab/tree/{folder}/{chapter}**", timeout=SPAWN_S * 1000)
+    await page.wait_for_function(
+        "t => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) h1')].some(h => h.textContent.includes(t))",
+        arg=plan["chapter_title"], timeout=SPAWN_S * 1000, polling=200)
+    await _kernel_idle(page, f"/user/{name}", f"{folder}/{chapter}", SPAWN_S)  # the chapter, ready to run
+    st, model = await _api(page, "GET", f"/user/{name}/api/contents/{folder}/{chapter}?content=0")
+    if st != 200 or not isinstance(model, dict) or model.get("type") != "notebook":
+        raise RuntimeError(f"{chapter} is open but not in the home's {folder}/ (HTTP {st})")
+    await page.screenshot(path=str(Path(plan["screens"]) / f"chapter-{name}.png"))
+    return round(time.monotonic() - t0, 1)
+
+
 async def _work(ctx: Any, plan: dict, s: dict, start_together: asyncio.Barrier) -> dict[str, Any]:
     """One student: log in, pull the lab by the link, fill it (or not), Run All, save, check the result."""
     shots = Path(plan["screens"])
@@ -670,9 +729,10 @@ async def _work(ctx: Any, plan: dict, s: dict, start_together: asyncio.Barrier) 
     t0 = time.monotonic()
     page = await _login(ctx, plan, s)
     res["login_s"] = round(time.monotonic() - t0, 1)
+    if plan["chapter"] and plan["book"]:
+        res["chapter_s"] = await _open_chapter(page, plan, name)
     t0 = time.monotonic()
-    link = (f"{plan['base']}/hub/user-redirect/git-pull?repo={plan['repo']}&branch=student"
-            f"&urlpath=lab/tree/{folder}/labs/{lab}")
+    link = pull_link(plan["base"], plan["repo"], f"labs/{lab}")
     # The link as students get it: on a page, clicked.
     await page.set_content(f'<a id="lab-link" href="{link}">Lab {lab}</a>')
     await page.click("#lab-link")
@@ -681,31 +741,12 @@ async def _work(ctx: Any, plan: dict, s: dict, start_together: asyncio.Barrier) 
     await page.screenshot(path=str(shots / f"{lab}-{name}-1-pulled.png"))
     res["pull_s"] = round(time.monotonic() - t0, 1)
     user = f"/user/{name}"
-    # Every cell in the page (no windowing), so that the prompts of all cells can be read.
-    st, _ = await _api(page, "PUT", f"{user}/lab/api/settings/@jupyterlab/notebook-extension:tracker",
-                       {"raw": json.dumps({"windowingMode": "none"})})
-    if st not in (200, 204):
-        raise RuntimeError(f"settings PUT: HTTP {st}")
+    await _harness_settings(page, user)
     res["notebooks"] = {}
     for nb_name, cells in plan["answers"].items():
         path = f"{folder}/labs/{lab}/{nb_name}"
         if s["filled"]:
-            st, model = await _api(page, "GET", f"{user}/api/contents/{path}?content=1&type=notebook")
-            if st != 200:
-                raise RuntimeError(f"GET {path}: HTTP {st}")
-            nb = model["content"]
-            n = 0
-            for c in nb["cells"]:
-                gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-                if gid in cells:
-                    c["source"] = cells[gid]
-                    n += 1
-            if n != len(cells):
-                raise RuntimeError(f"{nb_name}: {n} of {len(cells)} answer cells found in the student's copy")
-            st, _ = await _api(page, "PUT", f"{user}/api/contents/{path}",
-                               {"type": "notebook", "format": "json", "content": nb})
-            if st not in (200, 201):
-                raise RuntimeError(f"PUT {path}: HTTP {st}")
+            await _fill(page, user, path, cells)
         # A student moving on from an earlier lab (CLASSROOM_LAB=all): its kernels end (they would hold
         # memory under the user's limit) and the workspace is reset, so only this lab's notebook is open.
         st, sessions = await _api(page, "GET", f"{user}/api/sessions")
@@ -725,35 +766,92 @@ async def _work(ctx: Any, plan: dict, s: dict, start_together: asyncio.Barrier) 
         run_s = round(time.monotonic() - t0, 1)
         await _kernel_idle(page, user, path, 60)
         await page.screenshot(path=str(shots / f"{lab}-{name}-2-ran-{Path(nb_name).stem}.png"), full_page=False)
-        await _menu(page, "File", "Save Notebook")
-        # Saved: the file on disk shows the run (every cell ran, or the unfilled lab's error), with a deadline.
-        # A save that did not land is pressed again, as a student would (seen once: lab 9's unfilled
-        # notebook reached the disk only by JupyterLab's 120 s autosave).
-        deadline = time.monotonic() + 120
-        saved_at = time.monotonic()
-        while True:
-            if time.monotonic() - saved_at > 15:
-                await _menu(page, "File", "Save Notebook")
-                saved_at = time.monotonic()
-            st, after = await _api(page, "GET", f"{user}/api/contents/{path}?content=1&type=notebook")
-            if st != 200 or not isinstance(after, dict) or not isinstance(after.get("content"), dict):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{nb_name}: GET after saving: HTTP {st}")
-                await asyncio.sleep(0.5)  # mid-save: read again (a deadline above)
-                continue
-            code = [c for c in after["content"]["cells"] if c["cell_type"] == "code"]
-            errors = [o.get("ename", "") for c in code for o in c.get("outputs", [])
-                      if o.get("output_type") == "error"]
-            ran = sum(c.get("execution_count") is not None for c in code)
-            if (ran == len(code) if s["filled"] else bool(errors)) or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.5)  # polling the saved file, with a deadline
+        code, errors, ran = await _save_run(page, user, path, s["filled"])
         res["notebooks"][nb_name] = {"run_all_s": run_s, "cells": len(code), "ran": ran, "errors": errors}
         if s["filled"] and (errors or ran != len(code)):
             raise RuntimeError(f"{nb_name}: {ran}/{len(code)} cells ran, errors {errors}")
         if not s["filled"] and not errors:
             raise RuntimeError(f"{nb_name}: the unfilled lab's saved run shows no error ({ran}/{len(code)} cells ran)")
     return res
+
+
+async def _fill(page: Any, user: str, path: str, cells: dict[str, str]) -> None:
+    """Write the answer cells (by their nbgrader grade_id) into the student's copy, through their server, before
+    JupyterLab opens it."""
+    st, model = await _api(page, "GET", f"{user}/api/contents/{path}?content=1&type=notebook")
+    if st != 200:
+        raise RuntimeError(f"GET {path}: HTTP {st}")
+    nb = model["content"]
+    n = 0
+    for c in nb["cells"]:
+        gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in cells:
+            c["source"] = cells[gid]
+            n += 1
+    if n != len(cells):
+        raise RuntimeError(f"{Path(path).name}: {n} of {len(cells)} answer cells found in the student's copy")
+    st, _ = await _api(page, "PUT", f"{user}/api/contents/{path}", {"type": "notebook", "format": "json", "content": nb})
+    if st not in (200, 201):
+        raise RuntimeError(f"PUT {path}: HTTP {st}")
+
+
+async def _harness_settings(page: Any, user: str) -> None:
+    """The student's JupyterLab settings the harness needs (read as JupyterLab next loads): every cell in the page
+    (no windowing), so that the prompts of all cells can be read; no autosave, so that every save of a notebook
+    is one the harness pressed and waits for (_save) before it reads the notebook back."""
+    for plugin, raw in (("notebook-extension:tracker", {"windowingMode": "none"}),
+                        ("docmanager-extension:plugin", {"autosave": False})):
+        st, _ = await _api(page, "PUT", f"{user}/lab/api/settings/@jupyterlab/{plugin}", {"raw": json.dumps(raw)})
+        if st not in (200, 204):
+            raise RuntimeError(f"settings PUT {plugin}: HTTP {st}")
+
+
+async def _save(page: Any, user: str, path: str, deadline: float) -> None:
+    """File > Save Notebook, then wait for the save itself: JupyterLab's PUT of the notebook, answered (2xx).
+
+    Only then may the harness read the notebook back through the contents API. A GET while the PUT still writes
+    reads a half-written file, which jupyter_server takes for a corrupt one and repairs: it moves the file aside
+    (.invalid) and restores the save's .~ backup, which the save removes as it ends: the notebook is gone and the
+    save ends in 'File Save Error ... No such file or directory' (classroom run 20261128-060211, student 2).
+    A press that starts no save within PRESS_S (the menu did not take the click; seen once: lab 9's unfilled
+    notebook reached the disk only by autosave, which the harness turns off) is pressed again, to the deadline.
+    """
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    target = f"{user}/api/contents/{path}"
+
+    def is_save(r: Any) -> bool:
+        return r.request.method == "PUT" and urllib.parse.unquote(urllib.parse.urlsplit(r.url).path) == target
+
+    while True:
+        try:
+            async with page.expect_response(is_save, timeout=PRESS_S * 1000) as saved:
+                await _menu(page, "File", "Save Notebook")
+            r = await saved.value
+            break
+        except PlaywrightTimeout:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"File > Save Notebook: no save of {path} began (no PUT)") from None
+    if not r.ok:
+        raise RuntimeError(f"saving {path}: HTTP {r.status} {(await r.text())[:200]}")
+
+
+async def _save_run(page: Any, user: str, path: str, filled: bool) -> tuple[list[dict], list[str], int]:
+    """Save the notebook until its copy on disk shows the run (every cell ran; the unfilled lab: its error), or
+    SAVE_S passes; returns that copy's code cells, error names and cells that ran. Each read follows a finished
+    save (_save); a saved copy that lacks the run (outputs that reached the page after the save) is saved again."""
+    deadline = time.monotonic() + SAVE_S
+    while True:
+        await _save(page, user, path, deadline)
+        st, after = await _api(page, "GET", f"{user}/api/contents/{path}?content=1&type=notebook")
+        if st != 200 or not isinstance(after, dict) or not isinstance(after.get("content"), dict):
+            raise RuntimeError(f"{Path(path).name}: GET after saving: HTTP {st}")
+        code = [c for c in after["content"]["cells"] if c["cell_type"] == "code"]
+        errors = [o.get("ename", "") for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        ran = sum(c.get("execution_count") is not None for c in code)
+        if (ran == len(code) if filled else bool(errors)) or time.monotonic() > deadline:
+            return code, errors, ran
+        await asyncio.sleep(0.5)  # polling the saved file, with a deadline
 
 
 async def _menu(page: Any, menu: str, item: str) -> None:

@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 from dpc_instructor.hub.cgroups import UserCgroup, join_cgroup_then
-from helpers.timing import usable_cores
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ("idle", "class-node")
@@ -119,6 +118,9 @@ def measure(mode: str, only: str, out: Path, cpu: float) -> int:
     dest = out / mode
     dest.mkdir(parents=True, exist_ok=True)
     runner = [sys.executable, "-m", "dpc_maintainer.solutions", "--only", only, "--out", str(dest)]
+    # imported here: the site builder (dpc_maintainer.book) imports NEEDS in an environment without helpers' packages
+    from helpers.timing import usable_cores
+
     conditions: dict[str, object] = {"mode": mode, "cores": usable_cores(), "load_before": os.getloadavg()}
     if mode == "idle":
         start = time.monotonic()
