@@ -22,12 +22,13 @@ import pytest
 # test_launch 149, lab 6 146, lab 9 146, lab 5 134, class grading 122, intake 69, lab 2 67, release
 # 66, chapters 7/10/6/8 50-66 each, cluster 55, lab 4 51; lab 10, added later, 313 alone; grading over
 # SLURM, later still, 680 at load 10); the
-# classroom first of all: it builds the class environment (make class-env) that test_release uses; the
-# self-learner's install next (its own .venv from PyPI and Horovod's build: 10-15 minutes, a third
-# of it waiting on the network).
-FIRST = ("tests/test_classroom.py", "tests/test_student_install.py") + tuple(f"tests/test_grading_{name}.py" for name in (
-    "10_failure_diagnosis", "07_ddp_syncbn", "01_input_pipeline", "06_horovod", "09_zero", "05_ring_allreduce",
-    "class", "spread")) + (
+# classroom first of all: it builds the class environment (make class-env) that test_release uses. The
+# self-learner's install (its own .venv from PyPI, torch from a local mirror, Horovod's wheel seeded from
+# this run's build: 220 s idle, a third of it waiting on the network) after the longest grading files;
+# lab 1's file grew by its run beside four hogs on one core (2-5 minutes).
+FIRST = ("tests/test_classroom.py",) + tuple(f"tests/test_grading_{name}.py" for name in (
+    "10_failure_diagnosis", "01_input_pipeline", "07_ddp_syncbn")) + ("tests/test_student_install.py",) + tuple(
+    f"tests/test_grading_{name}.py" for name in ("06_horovod", "09_zero", "05_ring_allreduce", "class", "spread")) + (
     "tests/test_launch.py",) + tuple(f"tests/test_grading_{name}.py" for name in (
     "intake", "02_mirrored_strategy", "04_manual_towers")) + (
     "tests/test_grading_", "tests/test_release.py", "build/nbtest/", "tests/test_cluster.py",

@@ -10,10 +10,18 @@ defaults (papermill, as `make solutions` runs them), and `make check` for labs 5
 reference answers filled in. Each step's time, the .venv's size and which torch build pip chose go to
 build/student-install/report.json (the README's figures come from it).
 
-Where PyTorch's CPU index does not answer (this machine's network reaches PyPI only), the set-up must
-say so and take PyPI's default torch, a CUDA build: then this file tests the course on that build,
-while the rest of the suite runs on the CPU build. It needs PyPI: outside CI, with no network, it is
-skipped with that reason; in CI (CI=true) it fails instead.
+Two depths (DPC_STUDENT_INSTALL), because `make test` has to stay short:
+- `ci` (the default): torch's CPU build comes from a mirror, a folder holding the wheel this machine's
+  own set-up installed (DPC_TORCH_INDEX as a folder of wheels: the set-up's default path, the one a
+  student whose PyTorch CPU index answers takes), everything else from PyPI; Horovod's wheel is found
+  in the learner's cache, seeded from this machine's build of the same key (the build itself ran in
+  this run's `make setup`, from the same build.sh and patches). About 8 minutes beside the other tests.
+- `full`: torch as pip chooses it (where PyTorch's CPU index does not answer, as on this machine's
+  network, the set-up must say so and take PyPI's CUDA build: the course is then tested on that build)
+  and Horovod built by the learner against it (a CUDA torch without the CUDA toolkit), unless the
+  account's own cache holds it. 20-25 minutes; before a release, or after a change to the set-up.
+- `0`: skipped.
+It needs PyPI: outside CI, with no network, it is skipped with that reason; in CI (CI=true) it fails.
 """
 from __future__ import annotations
 
@@ -50,13 +58,16 @@ class Learner:
     gid: int
     home: Path
     work: Path
+    extra: dict[str, str] = field(default_factory=dict)
     times: dict[str, float] = field(default_factory=dict)
     facts: dict[str, object] = field(default_factory=dict)
 
     def env(self) -> list[str]:
-        """`env -i` with what a login shell of a student has: no PIP_* variable, pip unconfigured."""
+        """`env -i` with what a login shell of a student has: no PIP_* variable, pip unconfigured
+        (and the course's own variables the depth sets, extra)."""
         return ["env", "-i", f"HOME={self.home}", f"USER={pwd.getpwuid(self.uid).pw_name}",
-                "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "PIP_CONFIG_FILE=/dev/null"]
+                "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "PIP_CONFIG_FILE=/dev/null",
+                *(f"{k}={v}" for k, v in self.extra.items())]
 
     def argv(self, command: str) -> list[str]:
         """A shell command line, run in the student's copy as the student."""
@@ -95,11 +106,47 @@ def account() -> tuple[int, int, Path]:
     return user.pw_uid, user.pw_gid, Path(user.pw_dir)
 
 
+def torch_mirror(folder: Path) -> Path | None:
+    """A folder of wheels holding the torch this machine's course environment runs (a CPU build), as
+    an instructor's mirror would (DPC_TORCH_INDEX); None where that torch is not a CPU build."""
+    python = str(ROOT / ".venv" / "bin" / "python")
+    build = subprocess.run([python, "-c", "import torch; print(torch.version.cuda or 'cpu')"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if build != "cpu":
+        return None
+    pin = next(ln.strip() for ln in (ROOT / "requirements.txt").read_text().splitlines() if ln.startswith("torch=="))
+    subprocess.run([python, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(folder), pin],
+                   check=True, timeout=600)  # this machine's pip: where the course's own torch came from
+    return folder
+
+
+def seed_horovod_cache(home: Path) -> list[str]:
+    """Copy this user's Horovod wheels (build.sh's cache) into the learner's cache, where missing: the
+    keys of the copies made. build.sh takes one only if its key (Python, frameworks, patches) fits."""
+    mine = Path(os.environ.get("DPC_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                / "dp-course") / "horovod"
+    theirs = home / ".cache" / "dp-course" / "horovod"
+    copied = []
+    for wheel in sorted(mine.glob("*/horovod-*.whl")):
+        if not (theirs / wheel.parent.name).exists():
+            shutil.copytree(wheel.parent, theirs / wheel.parent.name)
+            copied.append(wheel.parent.name)
+    return copied
+
+
+def own(top: Path, uid: int, gid: int) -> None:
+    """Give top and everything under it to the learner."""
+    for path in [top, *top.rglob("*")]:
+        os.chown(path, uid, gid, follow_symlinks=False)
+
+
 @pytest.fixture(scope="module")
 def learner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Learner]:
     """A fresh copy of the release in the learner's home, owned by the learner, and its `make setup`."""
-    if os.environ.get("DPC_STUDENT_INSTALL") == "0":
+    depth = os.environ.get("DPC_STUDENT_INSTALL", "ci")
+    if depth == "0":
         pytest.skip("DPC_STUDENT_INSTALL=0: the self-learner's install is not tested")
+    assert depth in ("ci", "full"), f"DPC_STUDENT_INSTALL={depth}: use ci (the default), full or 0"
     if not pypi_answers():
         if os.environ.get("CI"):
             pytest.fail("PyPI does not answer: the student's install cannot be tested")
@@ -108,9 +155,16 @@ def learner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Learner]:
     work = home / "dp-course-student"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(test_release.build_release(tmp_path_factory), work, symlinks=True)
-    for path in [work, *work.rglob("*")]:
-        os.chown(path, uid, gid, follow_symlinks=False)
     who = Learner(uid, gid, home, work)
+    who.facts["depth"] = depth
+    if depth == "ci":
+        mirror = torch_mirror(work / "build" / "torch-mirror")
+        if mirror is not None:
+            who.extra["DPC_TORCH_INDEX"] = str(mirror)
+        if home != Path.home():
+            who.facts["horovod cache seeded"] = seed_horovod_cache(home)
+            own(home / ".cache", uid, gid)
+    own(work, uid, gid)
     out = who.run("make setup", "make setup", timeout=2400)
     who.facts["setup output"] = [line for line in out.splitlines() if line.startswith("setup:")]
     size = subprocess.run(["du", "-s", "--block-size=1M", str(work / ".venv")], capture_output=True,
@@ -164,8 +218,9 @@ def test_make_lab_answers(learner: Learner) -> None:
 
 
 def test_make_horovod_builds_it(learner: Learner) -> None:
-    """`make horovod` builds Horovod against the torch installed (a CUDA build here, no CUDA toolkit on
-    the PATH), with progress, or takes the learner's cached wheel; both frameworks and Gloo are in."""
+    """`make horovod` builds Horovod against the torch installed, with progress (at depth full on this
+    network: PyPI's CUDA build, no CUDA toolkit on the PATH), or takes the learner's cached wheel (at
+    depth ci, seeded from this machine's build); both frameworks and Gloo are in."""
     out = learner.run("make horovod", "make horovod", timeout=2400)
     assert "setup: Horovod built for tensorflow, torch, with Gloo" in out, out
     assert "Horovod wheel cached" in out or ("Horovod build, " in out and "Horovod wheel built in" in out), out
