@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -44,9 +45,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_rank)  # stable: files keep their own order inside each rank
 
 
+OWN_REFERENCES = pytest.StashKey[Path]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex  # the same in every xdist worker
-    os.environ.setdefault("DPC_REFERENCES", str(Path(tempfile.gettempdir()) / f"dpc-references-{run[:12]}"))
+    if "DPC_REFERENCES" not in os.environ:  # this session's own: removed at its end (pytest_unconfigure)
+        os.environ["DPC_REFERENCES"] = str(Path(tempfile.gettempdir()) / f"dpc-references-{run[:12]}")
+        config.stash[OWN_REFERENCES] = Path(os.environ["DPC_REFERENCES"])
     # one seed of the hidden tests for the whole session (else each grading run drew its own and
     # could not share a reference): new in every session, printed by every grading run
     os.environ.setdefault("DPC_GRADE_SEED", str(int(hashlib.sha256(run.encode()).hexdigest()[:7], 16)))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's reference records go with it (the controller's, once every worker has ended)."""
+    own = config.stash.get(OWN_REFERENCES, None)
+    if own is not None and not hasattr(config, "workerinput"):
+        shutil.rmtree(own, ignore_errors=True)

@@ -1154,7 +1154,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.browser:  # the browser part, in the hub's environment
-        res = asyncio.run(_browser(a.browser, json.loads(a.plan.read_text())))
+        try:
+            res = asyncio.run(_browser(a.browser, json.loads(a.plan.read_text())))
+        except KeyboardInterrupt:  # a Ctrl-C reaches the whole group: the run says it once, with its tear-down
+            return 130
         a.result.write_text(json.dumps(res, indent=1))
         return 0
     why = unavailable()
