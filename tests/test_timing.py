@@ -507,3 +507,49 @@ def test_fit_alpha_beta_never_negative_and_one_size_is_all_bandwidth():
         helpers.timing.fit_alpha_beta([1e6, 2e6], [1e-3], 2)
     with pytest.raises(ValueError):
         helpers.timing.fit_alpha_beta([1e6], [1e-3], 1)
+
+
+# --- sweep_verdict: the result judged, not only the machine (chapter 11's bucket-size sweep) -------------
+
+CALM = MachineCheck(cores=2, cpus=2, load=0.3, running=0.0, others=0.0, steal=0.0, calibration=1.0, need=2)
+CAPS = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
+
+
+def _curve(*ms, spread=0.02):
+    return dict(zip(CAPS, ms)), dict.fromkeys(CAPS, spread)
+
+
+def test_tied_with_best_uses_both_noise_bands():
+    from helpers.timing import tied_with_best
+
+    medians, spreads = _curve(130, 100, 104, 101, 110, 120)
+    assert tied_with_best(medians, spreads) == [0.5, 1.0, 2.0]  # 104 - 100 <= 2.08 + 2.0; 110 - 100 > 2.2 + 2
+    assert tied_with_best(*_curve(130, 100, 104, 101, 110, 120, spread=0.0)) == [0.5]
+
+
+def test_sweep_verdict_says_which_of_three_things_the_numbers_show():
+    from helpers.timing import sweep_verdict
+
+    say = lambda curve, best: sweep_verdict(*curve, best, CALM, "the sweep", "STEPS=10")  # noqa: E731
+    shows = say(_curve(130, 100, 104, 101, 110, 120), 1.0)
+    assert shows.startswith("the lesson shows: the measured best (0.5, 1, 2, within the spread) is at or next to "
+                            "the model's 1, and the curve rises towards both ends"), shows
+    assert say(_curve(130, 100, 104, 101, 110, 120), 4.0).startswith("the lesson shows")  # 2 is next to 4
+    flat = say(_curve(104, 100, 103, 101, 102, 103, spread=0.03), 1.0)
+    assert flat == ("cannot tell: the end(s) 0.25 and 8 lie within the repeats' spread of the best (0.25, 0.5, 1, 2, "
+                    "4, 8), so this run shows no minimum between the ends; STEPS=10"), flat
+    one_end = say(_curve(130, 100, 104, 101, 110, 101.5), 1.0)
+    assert one_end.startswith("cannot tell: the end(s) 8 lie within"), one_end
+    falling = say(_curve(100, 110, 120, 125, 130, 135), 4.0)
+    assert falling.startswith("the other way, on a calm machine: the step keeps falling towards the end cap 0.25"), falling
+    far = say(_curve(130, 100, 110, 115, 120, 125), 4.0)
+    assert far.startswith("the other way, on a calm machine: the measured best (0.5) is more than one step "
+                          "from the model's 4"), far
+
+
+def test_sweep_verdict_on_a_busy_machine_judges_nothing():
+    from helpers.timing import sweep_verdict
+
+    busy = MachineCheck(cores=2, cpus=2, load=6.0, running=4.0, others=3.5, steal=0.0, calibration=2.5, need=2)
+    line = sweep_verdict(*_curve(100, 110, 120, 125, 130, 135), 4.0, busy, "the sweep", "CAPS_MB=[0.5, 2, 8]")
+    assert line == "not judged: the machine was too busy for the sweep (the machine line says why)"

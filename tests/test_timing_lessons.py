@@ -83,14 +83,14 @@ def reasons(text: str) -> dict[str, str]:
 def judge_ch11(text: str) -> dict[str, bool]:
     """{what: whether the printed conclusion agrees with the prose} for chapter 11."""
     ratio = re.search(r"after / overlap: measured ([\d.]+), the model between 1\.00 and ([\d.]+)", text)
-    best = re.search(r"best cap: measured ([\d.]+) MB, the model ([\d.]+) MB", text)
-    caps = [float(c) for c in re.findall(r"^\s*([\d.]+)\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+", text, re.M)]
-    assert ratio and best and caps, f"chapter 11 no longer prints its conclusions as this test reads them:\n{text}"
+    result = re.search(r"^result: (the lesson shows|cannot tell|the other way|not judged)", text, re.M)
+    assert ratio and result, f"chapter 11 no longer prints its conclusions as this test reads them:\n{text}"
     # Overlap hides communication: the step after backward is the longer one.
-    # The measured minimum lies at the model's best cap or next to it.
-    near = abs(caps.index(float(best.group(1))) - caps.index(float(best.group(2)))) <= 1
     # (Within 3 % the two steps tie: the opposite of the prose is overlap measurably slower.)
-    return {"the overlap comparison": float(ratio.group(1)) > 0.97, "the bucket-size sweep": near}
+    # The sweep judges its own numbers: the lesson shows, or they cannot tell; "the other way" is flagged by
+    # the line itself, but on a calm machine this test counts it as a lesson that did not hold.
+    return {"the overlap comparison": float(ratio.group(1)) > 0.97,
+            "the bucket-size sweep": result.group(1) in ("the lesson shows", "cannot tell", "not judged")}
 
 
 def judge_ch5(text: str) -> dict[str, bool]:

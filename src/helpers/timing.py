@@ -458,3 +458,45 @@ class MachineWatch:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def tied_with_best(medians: Mapping[float, float], spreads: Mapping[float, float]) -> list[float]:
+    """The points of a measured curve that this run cannot tell from its minimum (chapter 11).
+
+    medians: point (a bucket cap, a batch size) -> median time; spreads: point -> relative spread of its
+    repeats. A point ties with the best when the gap between their medians is within their two noise
+    bands (spread x median each) together."""
+    best = min(medians, key=lambda k: medians[k])
+    noise = {k: spreads[k] * medians[k] for k in medians}
+    return sorted(k for k in medians if medians[k] - medians[best] <= noise[k] + noise[best])
+
+
+def sweep_verdict(medians: Mapping[float, float], spreads: Mapping[float, float], predicted_best: float,
+                  check: MachineCheck, what: str, more: str) -> str:
+    """One line on a sweep for its minimum, from this run's numbers and machine (chapter 11): the lesson
+    shows (both ends lie above the measured best by more than the spread, and the best, as far as the
+    spread can tell, includes the model's best point or a neighbour of it), the numbers cannot tell (an
+    end ties with the best: no minimum between the ends is shown), or it came out the other way on a
+    calm machine. On a busy machine (check) it judges nothing: the machine line (check.line) says why
+    and what to change."""
+    if not check.calm:
+        return f"not judged: the machine was too busy for {what} (the machine line says why)"
+    points = sorted(medians)
+    tied = tied_with_best(medians, spreads)
+    shown = ", ".join(f"{k:g}" for k in tied)
+    ends = [end for end in (points[0], points[-1]) if end in tied]
+    if tied in ([points[0]], [points[-1]]):  # the best alone, at an end: the curve only falls towards it
+        return (f"the other way, on a calm machine: the step keeps falling towards the end cap {tied[0]:g}, beyond "
+                f"the spread, with no minimum between the ends (the model's best: {predicted_best:g}); likely cause: "
+                f"per-bucket costs the model does not count (the hook, its thread, the copies)")
+    if ends:
+        which = " and ".join(f"{k:g}" for k in ends)
+        return (f"cannot tell: the end(s) {which} lie within the repeats' spread of the best ({shown}), so this "
+                f"run shows no minimum between the ends; {more}")
+    at = points.index(predicted_best)
+    if set(points[max(0, at - 1):at + 2]) & set(tied):
+        return (f"the lesson shows: the measured best ({shown}, within the spread) is at or next to the model's "
+                f"{predicted_best:g}, and the curve rises towards both ends")
+    return (f"the other way, on a calm machine: the measured best ({shown}) is more than one step from the "
+            f"model's {predicted_best:g}, beyond the spread; likely cause: per-bucket costs the model does not "
+            f"count (the hook, its thread, the copies), which move the best towards bigger buckets")
