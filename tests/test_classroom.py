@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import guardians
 import pytest
 
 from dpc_maintainer import classroom
@@ -126,6 +127,8 @@ def test_a_run_killed_after_the_hub_is_up_leaves_nothing() -> None:
                               "--parameters", "ci", "--no-labs-check"],
                              re.compile(r"JupyterHub and its proxy up: ok"), signal.SIGKILL, "harness")
     assert not left, f"left: {left}\n{out[-3000:]}"
+    tag = re.search(r"run-\d+-\d+-([0-9a-f]{4})", out).group(1)  # type: ignore[union-attr]
+    assert "userdel --remove dpc-student1-" in guardians.take_log(classroom.RUN_MARKER, tag)
 
 
 @pytest.mark.timeout(2400)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import guardians
 import pytest
 
 from dpc_setup import cluster as tool
@@ -166,3 +167,4 @@ def test_a_kernel_killed_inside_its_slurm_section_leaves_no_daemon(tmp_path):
         time.sleep(0.2)  # until the guardian has removed it all (bounded)
     assert marked(tool.MARKER, cluster_id) == []
     assert not Path(folder).exists()
+    assert f"removed {folder}" in guardians.take_log(tool.MARKER, cluster_id)

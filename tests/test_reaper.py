@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import guardians
+
 from dpc_runtime.reaper import marked
 
 OWNER = """
@@ -53,6 +55,8 @@ def test_a_run_killed_outright_is_cleaned_by_its_guardian(tmp_path):
     while not _gone(tag, folder) and time.monotonic() < end:
         time.sleep(0.1)  # until the guardian has done it (bounded)
     assert marked("DPC_TEST_RUN", tag) == [] and not folder.exists()
+    log = guardians.take_log("DPC_TEST_RUN", tag)
+    assert "the run ended without cleaning up" in log and f"removed {folder}" in log, log
 
 
 def test_a_dismissed_guardian_touches_nothing(tmp_path):
