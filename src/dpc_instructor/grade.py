@@ -572,12 +572,13 @@ def cpu_while(done: sandbox.Outcome, limit: float, end: float) -> tuple[float, f
 def busy_timeout(done: sandbox.Outcome) -> str | None:
     """Why a try whose kernel ran was the machine's failure: a cell ran past its time limit while the
     job's threads waited for a CPU longer than they ran (they got less than half the CPU they wanted:
-    the same cell on a calm machine takes at most half the time). None when no cell ran past its
-    limit, or the time was the submission's (a sleeping or spinning cell runs, or sleeps; it does not
-    wait for a CPU)."""
+    the same cell on a calm machine takes at most half the time) and for at least a quarter of the
+    limit. None when no cell ran past its limit, or the time was the submission's (a spinning cell
+    runs; a sleeping one neither runs nor waits: the few seconds it waits beside other work are not
+    what kept it past its limit)."""
     for gid, limit, end in cell_timeouts(done.output):
         ran, waited = cpu_while(done, limit, end)
-        if waited > max(ran, 1.0):
+        if waited > max(ran, limit / 4):
             return (f"cell {gid} ran past its {limit} s limit while the job's processes waited {waited:.0f} s "
                     f"for a CPU and ran {ran:.0f} s: the machine was busy")
     return None

@@ -4,8 +4,8 @@ whether a cell that ran past its time limit was slow by itself or starved by a b
 
 Linux counts, for every thread, the time it ran on a CPU and the time it was ready to run but waited
 for one (/proc/PID/task/TID/schedstat: run and run-delay nanoseconds). A sleeping cell does neither;
-a computing cell on a calm machine mostly runs; the same cell beside other work waits. Sampled twice a
-second over the whole process tree, the sums say, for any window of the run, how much CPU the run got
+a computing cell on a calm machine mostly runs; the same cell beside other work waits. Sampled four times
+a second over the whole process tree, the sums say, for any window of the run, how much CPU the run got
 and how much it was denied.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-SAMPLE_S = 0.5  # seconds between samples
+SAMPLE_S = 0.25  # seconds between samples (the sandbox's disk watcher's pace too)
 
 
 def thread_times(pid: int) -> dict[int, tuple[float, float]]:

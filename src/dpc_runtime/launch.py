@@ -39,7 +39,19 @@ from typing import Any
 import psutil
 
 from .quiet import harmless
-from .worker import DONE, PROTOCOL_DIR, RANK_DEVICE, RESULT, START, Frame, Placement, parse_line, placement, stuck_at
+from .worker import (
+    DONE,
+    DUMP_SIGNAL,
+    PROTOCOL_DIR,
+    RANK_DEVICE,
+    RESULT,
+    START,
+    Frame,
+    Placement,
+    parse_line,
+    placement,
+    stuck_at,
+)
 
 LAUNCHERS = ("torchrun", "horovodrun", "tf")
 MARKER = "DPC_LAUNCH_ID"  # put in every launched process's environment, to find them all again
@@ -257,9 +269,12 @@ def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeou
         if failed is False:
             return result
         hung = _live_ranks(launch_id) if failed is None else []
-        # Stop what still runs: a worker that speaks the protocol prints where it was stopped, and
-        # the pipes close when every process has ended (the bound is for one that ignores SIGTERM:
-        # torchrun passes its workers' dumps on only while it shuts down, slowly on a loaded machine).
+        # Where each live rank is, before anything stops it (stream.ask_for_stacks); then stop what
+        # still runs: the pipes close when every process has ended (the bound is for one that
+        # ignores SIGTERM: torchrun passes its workers' output on only while it shuts down, slowly on
+        # a loaded machine). A rank stopped before it was asked (by torchrun, a peer having failed)
+        # dumped its stacks as it stopped.
+        stream.ask_for_stacks(launch_id)
         _signal_launch(launch_id, signal.SIGTERM)
         stream.pump(procs, time.monotonic() + 20.0, stop_on_failure=False)
         stream.read_stacks()
@@ -373,6 +388,8 @@ class _Stream:
         self.started: dict[int, dict[str, Any]] = {}
         self.done: dict[int, dict[str, Any]] = {}
         self.stacks: dict[int, list[list[Frame]]] = {}
+        self._asked = False  # ask_for_stacks has run
+        self._dumped: set[int] = set()  # ranks whose stacks came from their dump file
         self._in_dump: set[int] = set()
         self.quiet = False
         self.last_heard = time.monotonic()  # when a rank last printed a line (protocol lines too)
@@ -430,9 +447,39 @@ class _Stream:
                 if parsed and isinstance(parsed[1].get("rank"), int):
                     self._record(parsed[1]["rank"], *parsed)
 
+    def ask_for_stacks(self, launch_id: str, bound: float = 10.0) -> None:
+        """Have every live rank of the launch that dumps on request (its stack file is there: helpers.
+        worker.start) write its stacks (DUMP_SIGNAL, which does not stop it); wait until each dump is
+        written (its file has stopped growing; at most `bound` s), then read them (read_stacks)."""
+        if self.protocol is None:
+            return
+        def size(path: Path) -> int:
+            return path.stat().st_size if path.exists() else 0
+
+        asked: dict[Path, int] = {}  # the file -> its size before the ask
+        for path in self.protocol.glob("*.stack"):
+            try:
+                proc = psutil.Process(int(path.stem.partition("-")[2]))
+                if proc.environ().get(MARKER) == launch_id and proc.status() != psutil.STATUS_ZOMBIE:
+                    asked[path] = size(path)
+                    proc.send_signal(DUMP_SIGNAL)
+            except (ValueError, psutil.Error, OSError):
+                continue
+        deadline, sizes = time.monotonic() + bound, dict[Path, int]()
+        while asked and time.monotonic() < deadline:
+            now = {path: size(path) for path in asked}
+            if now == sizes and all(now[path] > before for path, before in asked.items()):
+                break
+            sizes = now
+            time.sleep(0.1)
+        self.read_stacks()
+        self._asked = True
+
     def read_stacks(self) -> None:
         """Take each rank's stack dump from the file its faulthandler wrote (helpers.worker.start),
-        in place of what came through the launcher's output, where a line can arrive cut."""
+        in place of what came through the launcher's output, where a line can arrive cut. After
+        ask_for_stacks, only for the ranks it found no dump of (the others' files then hold a second
+        dump, written as they were stopped)."""
         if self.protocol is None:
             return
         newest: dict[int, tuple[float, Path]] = {}
@@ -446,9 +493,12 @@ class _Stream:
             if stat.st_size and (rank not in newest or mtime > newest[rank][0]):
                 newest[rank] = (mtime, path)  # a restarted rank: its latest process
         for rank, (_, path) in newest.items():
+            if self._asked and rank in self._dumped:
+                continue
             threads = parse_dump(path.read_text(errors="replace").splitlines())
             if threads:
                 self.stacks[rank] = threads
+                self._dumped.add(rank)
 
     def _protocol(self, rank: int, text: str) -> bool:
         """Record a protocol line or a line of a stack dump; True if the line was one."""

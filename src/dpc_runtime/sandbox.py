@@ -505,12 +505,13 @@ def disk_usage(folder: Path) -> int:
 
 
 def run_limited(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
-                limits: Limits = Limits(), capture: bool = True, watch: Path | None = None) -> Outcome:
+                limits: Limits = Limits(), capture: bool = True, watch: Path | None = None,
+                sample_cpu: bool = False) -> Outcome:
     """Run argv in its own session and cgroup, files capped; kill everything it started at the end.
 
     `watch`: a folder the run may fill up to limits.disk bytes; a watcher stops the run there
-    (and it ends with disk_full). The watcher also samples what the run's threads ran and waited
-    for a CPU (dpc_runtime.cpuwait), for the outcome's `cpu`."""
+    (and it ends with disk_full). `sample_cpu`: the watcher also samples what the run's threads
+    ran and waited for a CPU (dpc_runtime.cpuwait), for the outcome's `cpu` (the grader's)."""
 
     launch_id = uuid.uuid4().hex
     cgroup = Cgroup(limits)
@@ -520,11 +521,12 @@ def run_limited(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
                             start_new_session=True, env={**env, MARKER: launch_id})
     full = threading.Event()
     ended = threading.Event()
-    cpu = CpuWaits(proc.pid)
+    cpu = CpuWaits(proc.pid) if sample_cpu else None
 
     def watcher() -> None:
         while not ended.wait(SAMPLE_S):
-            cpu.sample()
+            if cpu is not None:
+                cpu.sample()
             if watch is not None and disk_usage(watch) > limits.disk:
                 full.set()
                 kill_launch(launch_id, [proc])
@@ -532,7 +534,8 @@ def run_limited(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
                 return
 
     guard = threading.Thread(target=watcher, daemon=True)
-    guard.start()
+    if watch is not None or cpu is not None:
+        guard.start()
     try:
         out, _ = proc.communicate(timeout=timeout)
         code = proc.returncode
@@ -540,8 +543,10 @@ def run_limited(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
         out, code = "", -1
     finally:
         ended.set()
-        guard.join()
-        cpu.sample()  # the last threads before they are stopped
+        if guard.is_alive():
+            guard.join()
+        if cpu is not None:
+            cpu.sample()  # the last threads before they are stopped
         kill_launch(launch_id, [proc])  # kernels and ranks too: they carry the marker
         out_of_memory = cgroup.out_of_memory()  # read before close() removes the cgroup
         cgroup.close()  # kills whatever is left in it

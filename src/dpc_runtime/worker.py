@@ -41,6 +41,9 @@ from typing import IO, Any, NoReturn
 START, RESULT, DONE = "DPC-START", "DPC-RESULT", "DPC-DONE"
 TAGS = (START, RESULT, DONE)
 PROTOCOL_DIR = "DPC_PROTOCOL_DIR"  # set by helpers.launch: its folder for protocol records and stack dumps
+# helpers.launch asks a rank for its stacks with this signal before it stops the rank (SIGTERM): a
+# dump that a second SIGTERM interrupts is cut, or empty (faulthandler chains to the default action)
+DUMP_SIGNAL = signal.SIGUSR1
 # Set by helpers.launch: 'cpu' (GPUs hidden), 'cuda' (one GPU per rank), 'shared' (gloo ranks share GPUs).
 RANK_DEVICE = "DPC_RANK_DEVICE"
 DEVICES = ("auto", "cpu", "gpu")  # where a launch's ranks may run (placement())
@@ -251,6 +254,8 @@ def _prepare_for_the_launcher(rank: int, env: Mapping[str, str]) -> None:
     if folder and os.path.isdir(folder) and _stack_file is None:
         _stack_file = open(os.path.join(folder, f"{rank}-{os.getpid()}.stack"), "w")  # noqa: SIM115
     faulthandler.register(signal.SIGTERM, file=_stack_file or sys.stderr, all_threads=True, chain=True)
+    if _stack_file is not None:  # the file's name tells the launcher that this process dumps on request
+        faulthandler.register(DUMP_SIGNAL, file=_stack_file, all_threads=True, chain=False)
 
 
 def start(backend: str | None = "auto", *, timeout: float = 300.0,

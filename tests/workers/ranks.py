@@ -1,7 +1,8 @@
 """Test worker for helpers.launch and helpers.worker: every rank records its pid, then behaves as argv[1] says.
 
 ok: all-reduce, report, finish; crash: the last rank raises; hang: the last rank sleeps forever
-before the all-reduce (so the others wait in it); early-exit: the last rank leaves with exit code
+before the all-reduce (so the others wait in it); hang-own-sigterm: the same, every rank having
+set a SIGTERM handler of its own (that leaves at once: no dump as it is stopped); early-exit: the last rank leaves with exit code
 0 before the all-reduce (its peers see the connection drop); big-report: every rank reports
 300 KB (torchrun's --tee cut such lines); late-start: the last rank sleeps
 before start() (so it never says it started); abort-after-done: every rank
@@ -43,9 +44,11 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 print(f"rank {rank} ready")
+if mode == "hang-own-sigterm":  # a handler of the rank's own (a library's, a student's) replaces the dump
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
 if mode == "crash" and last:
     raise RuntimeError(f"rank {rank} fails on purpose")
-if mode == "hang" and last:
+if mode in ("hang", "hang-own-sigterm") and last:
     time.sleep(600)
 if mode == "early-exit" and last:
     sys.stdout.flush()
