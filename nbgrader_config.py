@@ -1,7 +1,8 @@
 """nbgrader settings of the course: solutions/ is the source, labs/ the release, per-cell timeouts (course.yml).
 
 `make labs` regenerates labs/ from solutions/, `make grade` autogrades a folder of submissions
-(src/dpc_instructor/grade.py, which builds its own course folders on top of these settings), and a student checks
+(src/dpc_instructor/grade.py; its stages in src/dpc_instructor/grading/ build their own course folders on top of
+these settings), and a student checks
 a lab with `make check LAB=<lab>` (src/dpc_runtime/check.py, which applies the same per-cell limits).
 """
 import os

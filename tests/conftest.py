@@ -5,7 +5,7 @@ own. (Without --no-loadscope-reorder xdist sorts files by their number of tests,
 classroom, one test of 5 minutes, then started 18 minutes into a 20-minute run.)
 
 Also: the grading runs of one session share the reference solutions' records (DPC_REFERENCES,
-dpc_instructor.grade.reference) and the seed of the hidden tests' cases (DPC_GRADE_SEED): a lab
+dpc_instructor.grading.reference.reference) and the seed of the hidden tests' cases (DPC_GRADE_SEED): a lab
 graded by several files is run as its reference once."""
 from __future__ import annotations
 

@@ -125,6 +125,13 @@ def grade_all(lab: str, students: dict[str, dict[str, dict]], work: Path,
     return rows
 
 
+def spin_argv(core: int, seconds: float | None = None) -> list[str]:
+    """A process pinned to one core that burns this many seconds of CPU time, then ends (None: never)."""
+    until = "True" if seconds is None else f"time.process_time() - start < {seconds}"
+    return [sys.executable, "-c", f"import os, time; os.sched_setaffinity(0, {{{core}}}); "
+            f"start = time.process_time()\nwhile {until}: pass"]
+
+
 @contextlib.contextmanager
 def hogs_on_one_core(n: int = 4) -> Iterator[int]:
     """This process (and what it starts: the grader and its jobs) on one core, beside n processes that
@@ -133,8 +140,7 @@ def hogs_on_one_core(n: int = 4) -> Iterator[int]:
     are stopped and this process's cores given back at the end."""
     mine = os.sched_getaffinity(0)
     core = min(mine)
-    hogs = [subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"],
-                             start_new_session=True) for _ in range(n)]
+    hogs = [subprocess.Popen(spin_argv(core), start_new_session=True) for _ in range(n)]
     os.sched_setaffinity(0, {core})
     try:
         yield core
@@ -166,7 +172,7 @@ def lost(row: dict[str, str]) -> set[str]:
 
 
 # Labs 5, 7 and 9 (issue 36): the hidden cases are drawn outside the kernel (the source's locked `hidden_cases`,
-# dpc_instructor.grade.make_cases); the kernel gets only their inputs. The correct submission also
+# dpc_instructor.grading.cases.make_cases); the kernel gets only their inputs. The correct submission also
 # checks that nothing it could redraw them from reached it: it fails (and loses points) when the
 # grading run's seed is in its environment or in any file of its folder (hidden-cases.json holds
 # only inputs). The seed is written into the submission in hex, so the notebook itself does not hold it.

@@ -2,7 +2,7 @@
 autograded by src/dpc_instructor/grade.py (nbgrader, per-cell timeouts, a wall-clock limit per student).
 
 A correct submission written differently from the reference gets full marks (the reference itself
-passes, or the grader refuses to grade: dpc_instructor.grade.reference), typical mistakes lose
+passes, or the grader refuses to grade: dpc_instructor.grading.reference.reference), typical mistakes lose
 exactly the points of the tests they break, an infinite loop is cut at its cell timeout while the rest is still graded, a notebook that
 survives interrupts is reported 'not graded' without blocking the others, and no process is left.
 
@@ -215,7 +215,7 @@ def test_typical_mistakes_lose_the_right_points(graded):
 def test_infinite_loop_is_cut_and_the_rest_graded(graded):
     row = graded["looping"]
     assert row["status"] == "graded"
-    # past its limit by itself: the note says what its processes did meanwhile (grade.measured)
+    # past its limit by itself: the note says what its processes did meanwhile (grading.failures.measured)
     assert re.search(r"cell lab01-fast-tf-pipeline: in its \d+ s the job's processes ran [\d.]+ s and waited "
                      r"[\d.]+ s for a CPU: past its limit by itself", row["notes"]), row["notes"]
     assert row["lab01-test-tf-same-batches"] == row["lab01-test-tf-parallel"] == row["lab01-test-tf-prefetch"] == "0"
@@ -235,7 +235,7 @@ def test_a_busy_grading_node_costs_no_points(tmp_path):
     """The grader and its job on one core beside four processes that spin on it (other users' work,
     each in a session of its own): the correct answer in another shape still gets full marks (a cell
     that ran past its limit while its processes waited for a CPU is graded again, with twice the time:
-    grade.busy_timeout). The sleeping loop's cell stays lost whatever the machine: it never waits
+    grading.failures.busy_timeout). The sleeping loop's cell stays lost whatever the machine: it never waits
     for a CPU (test_infinite_loop_is_cut_and_the_rest_graded reads its note)."""
     with gradekit.hogs_on_one_core(4):
         rows = grade_all(LAB, {"other": {RELEASE.name: submission(OTHER)}}, tmp_path, notebook_timeout=900,
@@ -256,8 +256,8 @@ def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
 
 def test_the_kernel_holds_nothing_to_redraw_the_hidden_cases_from(graded):
     """The correct answer in another shape is also the seeker: refusing to work where it finds the
-    run's seed or a generator above it, it gets full marks: the kernel has neither (grade.make_cases,
-    grade.job_env)."""
+    run's seed or a generator above it, it gets full marks: the kernel has neither (grading.cases.make_cases,
+    grading.job.job_env)."""
     row = graded["other"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "10", "10"), row
 

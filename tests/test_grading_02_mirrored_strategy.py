@@ -1,6 +1,6 @@
 """Lab 2 (MirroredStrategy beyond the chapter's case) graded end to end: a correct submission written
 differently from the reference gets full marks (the reference answers themselves pass, or the grader
-refuses to grade: dpc_instructor.grade.reference), and each typical mistake loses exactly the points
+refuses to grade: dpc_instructor.grading.reference.reference), and each typical mistake loses exactly the points
 of the test that catches it.
 
 Mistakes, one per test cell so that one "wrong" submission shows them all:
@@ -27,7 +27,7 @@ the source, so that edit costs nothing.
            were drawn in the kernel from the seed in its environment), the visible rates are the
            ones the test's messages give; its input function is the reference's but fails if the
            kernel holds the grading seed, its step the reference's. The hidden cases are now made
-           outside the kernel (the source's locked `hidden_cases`, dpc_instructor.grade.make_cases)
+           outside the kernel (the source's locked `hidden_cases`, dpc_instructor.grading.cases.make_cases)
            and no frame holds an answer: it loses the rate and accuracy tests, keeps the other 5.
 
 What the judge cannot rule out here: the visible cases are fixed (their answers are in checks.json),
@@ -251,11 +251,11 @@ def test_the_hidden_cases_are_made_before_any_answer():
     before every answer and test cell (the cases job runs no student's code)."""
     import json
 
-    from dpc_instructor import grade
+    from dpc_instructor.grading import cases
     from dpc_runtime import notebook
 
     nb = json.loads(SOURCE.read_text())
-    at = grade.cases_cell(nb)
+    at = cases.cases_cell(nb)
     assert at is not None and notebook.grade_id(nb["cells"][at]) == "lab02-cases"
     assert not any(notebook.nbgrader(c).get("solution") or notebook.nbgrader(c).get("grade")
                    for c in nb["cells"][:at])

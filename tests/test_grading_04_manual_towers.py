@@ -31,7 +31,7 @@ Five submissions keep it cheap (each grading run starts TensorFlow with 4 logica
              place_variables, and the balance test ran after it), else round-robin; its tower step
              is the correct one but fails if the kernel holds the grading seed. The hidden
              placements are now drawn outside the kernel (the source's locked `hidden_cases`,
-             dpc_instructor.grade.make_cases) and no reference is in the kernel: it loses the two
+             dpc_instructor.grading.cases.make_cases) and no reference is in the kernel: it loses the two
              placement tests of exercise 1 and keeps the step's 10 points. The run's seed is one at
              which round-robin is wrong for a drawn placement (grading_seed).
 
@@ -345,11 +345,11 @@ def test_placements_read_off_the_tests_get_no_points_and_the_kernel_has_no_seed(
 def test_the_hidden_cases_are_made_before_any_answer():
     """The grader makes lab 4's hidden placements outside the kernel, from a locked cell that comes
     before every answer and test cell; the seed chosen for the grading run makes round-robin wrong."""
-    from dpc_instructor import grade
+    from dpc_instructor.grading import cases
     from dpc_runtime import notebook
 
     nb = json.loads(SOURCE.read_text())
-    at = grade.cases_cell(nb)
+    at = cases.cases_cell(nb)
     assert at is not None and notebook.grade_id(nb["cells"][at]) == "lab04-cases"
     assert not any(notebook.nbgrader(c).get("solution") or notebook.nbgrader(c).get("grade")
                    for c in nb["cells"][:at])

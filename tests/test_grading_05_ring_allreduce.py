@@ -2,7 +2,7 @@
 solution gets full marks (the simulation posts every message of a step before applying any, the
 all-gather forwards the chunk it just received, the real ring receives before it sends and
 alternates blocking send/recv by rank parity); the reference itself passes, or the grader refuses
-to grade (dpc_instructor.grade.reference). Typical mistakes (wrong ring step index, an all-gather
+to grade (dpc_instructor.grading.reference.reference). Typical mistakes (wrong ring step index, an all-gather
 that overwrites the wrong chunk, a ring that deadlocks because every rank sends before it receives,
 whole buffers sent instead of chunks) lose exactly the points of the tests they break, and a
 deadlock is stopped by its guard, not by the grader; a rank that never reaches the ring (an endless
@@ -17,7 +17,7 @@ reduce_scatter alone (what each rank holds after it, also on two rank counts and
 kernel).
 
 The simulation tests' hidden cases are drawn outside every kernel (issue 36: the source's locked
-`hidden_cases`, dpc_instructor.grade.make_cases; each test cell runs its function on all of their
+`hidden_cases`, dpc_instructor.grading.cases.make_cases; each test cell runs its function on all of their
 inputs and the grader judges each case in its own cell); the correct submission checks that its
 kernel has no grading seed in its environment and none in a file of its folder (gradekit.SEED_PROBE), so it would
 lose the reduce-scatter and traffic tests if one were there. A redrawing attack means nothing here:

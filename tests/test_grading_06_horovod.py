@@ -5,7 +5,7 @@ A correct answer written differently from the reference gets full marks (contigu
 each global batch, the loss summed and divided, the broadcast before the wrapper; the resume done
 the chapter's way: rank 0 restores, broadcast_parameters and broadcast_optimizer_state send the
 tensors, broadcast_object the step and the schedule's state); the reference itself passes, or the
-grader refuses to grade (dpc_instructor.grade.reference). The typical mistakes lose exactly the
+grader refuses to grade (dpc_instructor.grading.reference.reference). The typical mistakes lose exactly the
 points of the tests they break: without the broadcast the ranks drift apart (and away from the
 single-process run), a loss that is not averaged over the ranks shows in the loss log, every rank
 writing checkpoints shows in the checkpoint log; a resume that sends the others the weights, the

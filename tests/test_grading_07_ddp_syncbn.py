@@ -6,7 +6,7 @@ another way, gradient accumulation with an explicit branch around `no_sync()` an
 every batch, the three statistics stacked instead of concatenated, `hasattr` instead of `getattr`,
 `from torch import save` (the save test counts saves below torch.save, however it was imported);
 its train_epoch warns, as a library may for correct code: warnings never cost points); the
-reference itself passes, or the grader refuses to grade (dpc_instructor.grade.reference). A
+reference itself passes, or the grader refuses to grade (dpc_instructor.grading.reference.reference). A
 submission with the five typical DDP mistakes — no set_epoch, per-rank variances averaged instead
 of sums combined, the loss summed over ranks instead of averaged, every rank saving, a loader that
 ignores its seed argument — loses exactly the points of the test each one breaks (issue 36, item 3:
@@ -19,7 +19,7 @@ hold, tracebacks silenced, a displayhook call from inside train_epoch that nbgra
 full partial credit) gets nothing: every test cell's recorded values are judged outside the kernel.
 
 The shards test's hidden case is drawn outside every kernel (issue 36: the source's locked
-`hidden_cases`, dpc_instructor.grade.make_cases; the kernel gets only the world, batch and dataset
+`hidden_cases`, dpc_instructor.grading.cases.make_cases; the kernel gets only the world, batch and dataset
 sizes); the different submission checks that no grading seed is in its kernel's environment or in a
 file of its folder (gradekit.SEED_PROBE), so it would lose the shards test if one were there. A redrawing attack
 means nothing here: a case's shards follow from its inputs for any correct make_loader.

@@ -5,7 +5,7 @@ launches on 2, 3 and 4 ranks.
 A correct submission written differently from the reference gets full marks (all-reduce then
 slice, one broadcast per owner, the squared slice norms all-gathered and summed); the reference itself
 (reduce-scatter, a padded all-gather, an all-reduce of the squared slice norm) passes, or the grader
-refuses to grade (dpc_instructor.grade.reference). Each typical ZeRO mistake loses exactly the points
+refuses to grade (dpc_instructor.grading.reference.reference). Each typical ZeRO mistake loses exactly the points
 of the test cells it breaks:
 
 * wrong shard boundaries (every slice numel // N long, the remainder owned by nobody) and the
@@ -27,7 +27,7 @@ of the test cells it breaks:
   protected, a do-nothing zero_step that puts one element in `state` passes it too.
 
 The bounds test's hidden cases are drawn outside every kernel (issue 36: the source's locked
-`hidden_cases`, dpc_instructor.grade.make_cases; the kernel gets only the sizes and world sizes);
+`hidden_cases`, dpc_instructor.grading.cases.make_cases; the kernel gets only the sizes and world sizes);
 the different submission checks, in the kernel and in every worker, that no grading seed is in its
 environment or in a file of its folder (gradekit.SEED_PROBE), so it would lose the bounds test (and, in the
 workers, the weights) if one were there. A redrawing attack means nothing here: a case's slices

@@ -7,7 +7,7 @@ launched itself, outside every kernel (grade.make_cases), of which the kernel ge
 A correct `diagnose` written differently from the reference gets full marks (it tells a hang by the
 Flight Recorder dump the stuck rank never wrote, a straggler by who waited least, a slow first step
 by the compute times the ranks printed), with a snapshot written another way; the reference itself
-passes, or the grader refuses to grade (dpc_instructor.grade.reference). The typical mistakes lose
+passes, or the grader refuses to grade (dpc_instructor.grading.reference.reference). The typical mistakes lose
 exactly the points of the tests they break: blaming the ranks that failed after a rank was killed
 (the victims) loses the crash test; calling a straggler a hang loses the straggler test; a
 snapshot that adds the scheduler but forgets the input-noise generator loses the resume test.

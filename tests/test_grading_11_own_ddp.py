@@ -5,7 +5,7 @@ student's wrapper in real torchrun launches on 2 and 3 ranks, with even and unev
 A correct submission written differently from the reference gets full marks (a plan built with a
 running total, a wrapper that counts ready gradients with sets and divides by the count once, a
 prediction written as a fold); the reference itself passes, or the grader refuses to grade
-(dpc_instructor.grade.reference). The typical mistakes lose exactly their points: a wrapper that
+(dpc_instructor.grading.reference.reference). The typical mistakes lose exactly their points: a wrapper that
 all-reduces every bucket in finish(), after backward, trains the right weights and loses the
 schedule test (its ledger shows the calls after backward returned); dividing by the world size
 times this rank's samples is right only when every rank has as many, and loses the uneven test. A
@@ -27,7 +27,7 @@ student's own processes: a rank that rebinds the locked worker's own Ledger or C
 that rewrites the ledger's file after the launch (the same sandbox, the same user).
 
 The hidden plan and prediction cases are made outside the kernel (the locked cell lab11-draw's
-hidden_cases; dpc_instructor.grade.make_cases): the kernel has no DPC_GRADE_SEED. Redrawing them is no
+hidden_cases; dpc_instructor.grading.cases.make_cases): the kernel has no DPC_GRADE_SEED. Redrawing them is no
 attack on this lab (a drawn case is not its own answer: sizes and a cap do not tell the plan), so the
 forger instead shows that the seed is out of reach: its plan breaks itself (losing the plan and
 prediction tests) if the kernel's environment, its folder, its home or its /tmp holds the run's seed

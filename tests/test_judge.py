@@ -201,7 +201,7 @@ def test_hidden_cases_come_from_the_runs_seed(monkeypatch):
 
 
 def test_a_record_of_a_hidden_case_names_its_case():
-    """record(..., case=i): the answer for the grader's hidden case i (dpc_instructor.grade.assign_cases
+    """record(..., case=i): the answer for the grader's hidden case i (dpc_instructor.grading.cases.assign_cases
     decides, outside the kernel, which cell counts it); every other record names none."""
     shown_items = []
     import IPython.display

@@ -85,6 +85,17 @@ def nbgrader(args: list[str], cwd: Path, env: dict[str, str], timeout: float) ->
     return done.code, done.output
 
 
+def status_entry(status: str, notes: list[str], seconds: float, seed: int | None, graded: bool,
+                 earlier: dict | None) -> dict:
+    """A student's entry for one lab in the course's status.json: this run's status, notes and
+    time; graded (this run graded them): its time and seed, else those of an earlier grade kept."""
+    now = time.strftime("%Y-%m-%d %H:%M:%S")
+    return {"status": status, "notes": notes, "seconds": round(seconds, 1), "at": now,
+            "graded": graded or bool(earlier and earlier.get("graded")),
+            "graded_at": now if graded else (earlier or {}).get("graded_at"),
+            "seed": seed if graded else (earlier or {}).get("seed")}
+
+
 class Course:
     """The course gradebook folder."""
 
@@ -141,8 +152,6 @@ class Course:
         """
         import warnings
 
-        from nbgrader.api import Gradebook, MissingEntry
-
         warnings.filterwarnings("ignore", module="nbgrader")  # SQLAlchemy's SAWarning in add_submission
         warnings.filterwarnings("ignore", message=".*not in session.*")
         result = None
@@ -150,42 +159,46 @@ class Course:
             statuses = self.statuses()
             earlier = statuses.get(student, {}).get(lab)
             if scratch is not None:
-                with Gradebook(f"sqlite:///{scratch / 'gradebook.db'}") as job, \
-                        Gradebook(self.db_url) as gb:
-                    try:
-                        sub_job = job.find_submission(lab, student)
-                    except MissingEntry:
-                        status = "not graded: nbgrader recorded no submission"
-                        scratch = None
-                    else:
-                        gb.update_or_create_student(student)
-                        with contextlib.suppress(MissingEntry):
-                            gb.remove_submission(lab, student)
-                        gb.add_submission(lab, student, timestamp=sub_job.timestamp)
-                        for nb_job in sub_job.notebooks:
-                            for g_job in nb_job.grades:
-                                g = gb.find_grade(g_job.name, nb_job.name, lab, student)
-                                g.auto_score = g_job.auto_score
-                                g.manual_score = None
-                                g.needs_manual_grade = g_job.needs_manual_grade
-                        gb.db.commit()
-                        result = self.scores(gb, lab, student)
+                result = self._merge_job(scratch, lab, student)
+                if result is None:
+                    status = "not graded: nbgrader recorded no submission"
+                    scratch = None
             if scratch is not None:
                 notes += keep_graded(scratch, self.root, student, lab)
             elif earlier and earlier.get("graded"):
                 status = f"{status}; kept the grade of {earlier['graded_at']}"
-            entry = {"status": status, "notes": notes, "seconds": round(seconds, 1),
-                     "at": time.strftime("%Y-%m-%d %H:%M:%S"),
-                     "graded": scratch is not None or bool(earlier and earlier.get("graded")),
-                     "graded_at": (time.strftime("%Y-%m-%d %H:%M:%S") if scratch is not None
-                                   else (earlier or {}).get("graded_at")),
-                     "seed": seed if scratch is not None else (earlier or {}).get("seed")}
-            statuses.setdefault(student, {})[lab] = entry
+            statuses.setdefault(student, {})[lab] = status_entry(status, notes, seconds, seed,
+                                                                 scratch is not None, earlier)
             self._write("status.json", statuses)
             names = self.names()
             if name is not None and names.get(student) != name:
                 self._write("names.json", {**names, student: name})
         return result
+
+    def _merge_job(self, scratch: Path, lab: str, student: str
+                   ) -> tuple[float, float, dict[str, float], list[str]] | None:
+        """Replace student's submission of lab in the course's gradebook with the one in the job
+        folder scratch's gradebook; its scores (as record returns them), None when the job's
+        gradebook has no submission (nothing replaced). Called under the course's lock."""
+        from nbgrader.api import Gradebook, MissingEntry
+
+        with Gradebook(f"sqlite:///{scratch / 'gradebook.db'}") as job, Gradebook(self.db_url) as gb:
+            try:
+                sub_job = job.find_submission(lab, student)
+            except MissingEntry:
+                return None
+            gb.update_or_create_student(student)
+            with contextlib.suppress(MissingEntry):
+                gb.remove_submission(lab, student)
+            gb.add_submission(lab, student, timestamp=sub_job.timestamp)
+            for nb_job in sub_job.notebooks:
+                for g_job in nb_job.grades:
+                    g = gb.find_grade(g_job.name, nb_job.name, lab, student)
+                    g.auto_score = g_job.auto_score
+                    g.manual_score = None
+                    g.needs_manual_grade = g_job.needs_manual_grade
+            gb.db.commit()
+            return self.scores(gb, lab, student)
 
     def _write(self, file: str, data: dict) -> None:
         """Replace the course's JSON file at once (readers never see half of it)."""
@@ -351,6 +364,7 @@ def feedback_page(student: str, lab: str, st: dict, sub, grades: dict, name: str
     from nbconvert import HTMLExporter
 
     def result(g) -> str:
+        """A test cell's result as the page shows it: manual, passed or failed."""
         return "manual" if g.needs_manual_grade else "passed" if g.score == g.max_score else "failed"
 
     order = {"failed": 0, "manual": 1, "passed": 2}
@@ -381,6 +395,7 @@ def feedback_page(student: str, lab: str, st: dict, sub, grades: dict, name: str
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: export the course's grades, or write every student's feedback."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=["export", "feedback"])
     p.add_argument("--course", type=Path, default=DEFAULT)

@@ -90,6 +90,7 @@ def stale(release_dir: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    """The command line (`generate`: labs/ made again from solutions/)."""
     if argv[1:] == ["generate"]:
         generate(ROOT / "labs", ROOT / "build")
         print(f"labs/ regenerated from solutions/: {', '.join(lab_names())}")

@@ -1,4 +1,4 @@
-"""What the grader changes in nbgrader's autograde (configured per job by grade.py).
+"""What the grader changes in nbgrader's autograde (configured per job by grading.job).
 
 nbgrader gives a test cell no points when it printed anything to stderr, even a warning that a
 library raised for a correct answer (a torch UserWarning): `StderrIsOutput` makes a test cell's
@@ -42,7 +42,7 @@ NBGRADER_AUTOGRADE = [Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOu
                       AssignLatePenalties, CheckCellMetadata]
 
 
-# what TimedExecute logs, as grade.cell_timeouts reads it: grade id (or "cell N"), limit (s), time.time()
+# what TimedExecute logs, as grading.failures.cell_timeouts reads it: grade id (or "cell N"), limit (s), time.time()
 TIMEOUT_LINE = r"dpc-timeout (\S+) (\d+) s at (\d+\.\d+)"
 
 
@@ -50,6 +50,7 @@ class TimedExecute(Execute):
     """nbgrader's Execute; a cell interrupted at its time limit is logged (TIMEOUT_LINE)."""
 
     async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
+        """Log the cell interrupted at its time limit (TIMEOUT_LINE), then interrupt it as nbclient does."""
         gid = (cell.metadata.get("nbgrader", {}).get("grade_id") if cell is not None else None) or (
             f"cell-{self.code_cells_executed}")
         self.log.error("dpc-timeout %s %d s at %.3f", gid, timeout, time.time())
@@ -62,6 +63,7 @@ class StderrIsOutput(Preprocessor):
     enabled = Bool(True)  # nbconvert's preprocessors are off unless enabled
 
     def preprocess_cell(self, cell, resources, index):
+        """The cell, its stderr streams made stdout when it is a test cell."""
         if cell.cell_type == "code" and is_grade(cell):
             for output in cell.get("outputs", []):
                 if output.get("output_type") == "stream" and output.get("name") == "stderr":
@@ -82,6 +84,7 @@ class Judge(Preprocessor):
     record_to = Unicode("", help="the reference run: write the records here, judge nothing").tag(config=True)
 
     def preprocess(self, nb, resources):
+        """Judge every test cell of nb on its records against the reference's (or keep them: record_to)."""
         name = resources["nbgrader"]["notebook"]
         reference = {} if self.record_to or not self.reference else (
             json.loads(Path(self.reference).read_text()).get(name, {}))
@@ -126,7 +129,7 @@ AUTOGRADE = [TimedExecute, Judge, StderrIsOutput, *NBGRADER_AUTOGRADE[1:]]
 
 
 def job_config(reference: Path | None = None, record_to: Path | None = None) -> str:
-    """The lines grade.py adds to a job's nbgrader_config.py (the judge's reference, or where the
+    """The lines the grader (grading.job.tries) adds to a job's nbgrader_config.py (the judge's reference, or where the
     reference run writes its records)."""
     return ("from dpc_instructor.nbgrader_hooks import AUTOGRADE\n"
             "c.Autograde.autograde_preprocessors = AUTOGRADE  # warnings never cost points; the judge\n"

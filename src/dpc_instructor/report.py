@@ -133,58 +133,83 @@ def messages(course: gradebook.Course, student: str, lab: str) -> dict[str, str]
     return found
 
 
-def figures(course: gradebook.Course) -> tuple[list[Lab], list[Student]]:
-    """Every lab's figures and every student's line, from the course CSV's rows (gradebook.Course.rows)."""
+@dataclass
+class Rows:
+    """The course CSV's rows sorted out (sort_rows): every student's line and marks, each lab's total
+    points and test cells, each student's test cells' rows of a lab."""
+
+    students: dict[str, Student] = field(default_factory=dict)  # grader id -> its line
+    totals: dict[str, float] = field(default_factory=dict)  # lab -> its total points
+    cells: dict[str, dict[str, Cell]] = field(default_factory=dict)  # lab -> test cell -> its figures
+    rows_of: dict[tuple[str, str], list[dict[str, str]]] = field(default_factory=dict)  # (grader id, lab) -> rows
+
+
+def sort_rows(course: gradebook.Course) -> Rows:
+    """The course CSV's rows (gradebook.Course.rows) by student, lab and test cell; every lab's mark."""
     lateness = late(course)
-    students: dict[str, Student] = {}
-    totals: dict[str, float] = {}  # lab -> its total points
-    cells: dict[str, dict[str, Cell]] = {}  # lab -> test cell -> its figures
-    rows_of: dict[tuple[str, str], list[dict[str, str]]] = {}  # (grader id, lab) -> its test cells' rows
+    got = Rows()
     for r in course.rows():
         sid, lab = r["grader_id"], r["lab"]
-        st = students.setdefault(sid, Student(sid, r["student"], {}, 0.0, 0.0))
+        st = got.students.setdefault(sid, Student(sid, r["student"], {}, 0.0, 0.0))
         if lab == "(course)":
             st.points, st.max_points = float(r["points"]), float(r["max_points"])
         elif r["cell"] == "(lab total)":
-            totals[lab] = float(r["max_points"])
-            rows = rows_of.get((sid, lab), [])
+            got.totals[lab] = float(r["max_points"])
+            rows = got.rows_of.get((sid, lab), [])
             graded = any(c["status"] in GRADED for c in rows) if rows else r["status"].startswith("graded")
             state = "graded" if graded else "no submission" if r["status"] == "no submission" else "not graded"
             st.marks[lab] = Mark(float(r["points"]), float(r["max_points"]), state, r["status"],
                                  lateness.get((sid, lab), 0.0) if graded else 0.0)
         else:
-            cells.setdefault(lab, {}).setdefault(r["cell"], Cell(r["cell"], float(r["max_points"])))
-            rows_of.setdefault((sid, lab), []).append(r)
+            got.cells.setdefault(lab, {}).setdefault(r["cell"], Cell(r["cell"], float(r["max_points"])))
+            got.rows_of.setdefault((sid, lab), []).append(r)
+    return got
+
+
+def failed_cells(rows: Rows, sid: str, lab: str) -> list[str]:
+    """The test cells of lab that student sid failed, each of its cells counted in its figures."""
+    failed = []
+    for r in rows.rows_of.get((sid, lab), []):
+        c = rows.cells[lab][r["cell"]]
+        if r["status"] == "needs manual grading":
+            c.manual += 1
+        elif float(r["points"]) == c.max_points:
+            c.passed += 1
+        else:
+            c.failed += 1
+            failed.append(r["cell"])
+    return failed
+
+
+def lab_failures(course: gradebook.Course, rows: Rows, lab: str) -> list[Failure]:
+    """lab's most common failure messages (TOP, numbers alike), counting its cells' figures on the way."""
+    failures: dict[str, Failure] = {}
+    for st in rows.students.values():
+        if st.marks[lab].state != "graded":
+            continue
+        failed = failed_cells(rows, st.grader_id, lab)
+        said = messages(course, st.grader_id, lab) if failed else {}
+        for gid in failed:
+            text = said.get(gid, NO_MESSAGE)
+            f = failures.setdefault(NUMBER.sub("<n>", text), Failure(NUMBER.sub("<n>", text)))
+            for items, item in ((f.variants, text), (f.students, st.grader_id), (f.cells, gid)):
+                if item not in items:
+                    items.append(item)
+    return sorted(failures.values(), key=lambda f: (-len(f.students), f.pattern))[:TOP]
+
+
+def figures(course: gradebook.Course) -> tuple[list[Lab], list[Student]]:
+    """Every lab's figures and every student's line, from the course CSV's rows (gradebook.Course.rows)."""
+    rows = sort_rows(course)
     labs = []
-    for lab, most in totals.items():
-        marks = [st.marks[lab] for st in students.values()]
-        failures: dict[str, Failure] = {}
-        for st in students.values():
-            if st.marks[lab].state != "graded":
-                continue
-            failed = []
-            for r in rows_of.get((st.grader_id, lab), []):
-                c = cells[lab][r["cell"]]
-                if r["status"] == "needs manual grading":
-                    c.manual += 1
-                elif float(r["points"]) == c.max_points:
-                    c.passed += 1
-                else:
-                    c.failed += 1
-                    failed.append(r["cell"])
-            said = messages(course, st.grader_id, lab) if failed else {}
-            for gid in failed:
-                text = said.get(gid, NO_MESSAGE)
-                f = failures.setdefault(NUMBER.sub("<n>", text), Failure(NUMBER.sub("<n>", text)))
-                for items, item in ((f.variants, text), (f.students, st.grader_id), (f.cells, gid)):
-                    if item not in items:
-                        items.append(item)
+    for lab, most in rows.totals.items():
+        marks = [st.marks[lab] for st in rows.students.values()]
+        top = lab_failures(course, rows, lab)  # counts the cells' figures first
         done = [m for m in marks if m.state == "graded"]
         labs.append(Lab(lab, most, sorted(m.points for m in done),
                         sum(m.state == "not graded" for m in marks), sum(m.state == "no submission" for m in marks),
-                        sum(m.late > 0 for m in done), list(cells.get(lab, {}).values()),
-                        sorted(failures.values(), key=lambda f: (-len(f.students), f.pattern))[:TOP]))
-    return labs, list(students.values())
+                        sum(m.late > 0 for m in done), list(rows.cells.get(lab, {}).values()), top))
+    return labs, list(rows.students.values())
 
 
 def slug(lab: str) -> str:
@@ -363,6 +388,7 @@ def write(course: gradebook.Course, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: the course's report, written where it says."""
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--course", type=Path, default=gradebook.DEFAULT)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)

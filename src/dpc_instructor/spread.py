@@ -4,9 +4,9 @@
 The run is the same as on one node (grade.py): the lab's template and its reference run (one per
 lab and seed, cached in the course) are made where the command runs; then every student is one
 task of a SLURM job array (`python -m dpc_instructor.spread task RUN`), graded in the same sandbox
-by grade.grade_one. A task does not write the course gradebook: it leaves its job's graded folders
-and status in RUN/results/<student>/ (Spool), and the command, which watches the array, merges each
-result into the course with grade.record, the call a local run makes. Same seed, same reference,
+by grading.job.grade_one. A task does not write the course gradebook: it leaves its job's graded
+folders and status in RUN/results/<student>/ (Spool), and the command, which watches the array,
+merges each result into the course with grading.record.record, the call a local run makes. Same seed, same reference,
 same code: the same points, status and seed as a local run.
 
 Progress (done / running / queued / failed, the time left) is printed as it changes and kept in
@@ -41,7 +41,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dpc_instructor import gradebook
-from dpc_instructor.grade import RETRIES, Run, Student, grade_one, record
+from dpc_instructor.grading.intake import Student
+from dpc_instructor.grading.job import RETRIES, grade_one
+from dpc_instructor.grading.record import record
+from dpc_instructor.grading.run import Run
 from dpc_runtime import manifest, sandbox
 
 FOLDER = "spread"  # in the course folder: one RUN folder per lab and set of submissions
@@ -203,9 +206,10 @@ def submit(folder: Path, indices: Sequence[int], lab: str, notebook_timeout: flo
     return done.stdout.strip().split(";")[0]
 
 
-def grade_over_slurm(students: list[Student], run: Run, folder: Path, options: Options) -> list[Student]:
-    """Grade students over SLURM into run.course (see the module's docstring); returns them all,
-    each with its grade, or with status 'not graded: ...' when its task ended without a result."""
+def write_units(folder: Path, students: list[Student], run: Run) -> tuple[dict, dict[int, Student]]:
+    """RUN's state (run.json: what a task needs of run, and the jobs submitted so far), the release's
+    notebooks, and one unit per student (units/<i>.json: what a task grades; none for a student
+    refused at intake); the state and the students by unit."""
     for sub in ("units", "results", "logs", "release", "merged"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     state_file = folder / "run.json"
@@ -224,11 +228,20 @@ def grade_over_slurm(students: list[Student], run: Run, folder: Path, options: O
                 "notebooks": {k: base64.b64encode(v).decode() for k, v in st.notebooks.items()},
                 "kept": {k: base64.b64encode(v).decode() for k, v in st.kept.items()}}))
     state_file.write_text(json.dumps(state, indent=1))
+    return state, units
+
+
+def grade_over_slurm(students: list[Student], run: Run, folder: Path, options: Options) -> list[Student]:
+    """Grade students over SLURM into run.course (see the module's docstring); returns them all,
+    each with its grade, or with status 'not graded: ...' when its task ended without a result."""
+    state, units = write_units(folder, students, run)
 
     def merged(st: Student) -> bool:
+        """Whether st's result is in the course already (RUN/merged/<id>)."""
         return (folder / "merged" / st.id).exists()
 
-    def mark(st: Student) -> None:  # in the book: what the CSV of any later command shows for st
+    def mark(st: Student) -> None:
+        """Note st as merged, with what the CSV of any later command shows for st."""
         (folder / "merged" / st.id).write_text(json.dumps({k: getattr(st, k) for k in KEEP}))
 
     for st in units.values():
@@ -242,14 +255,21 @@ def grade_over_slurm(students: list[Student], run: Run, folder: Path, options: O
             and not (folder / "results" / st.id).exists() and i not in live]
     if todo:
         state["jobs"].append(submit(folder, todo, run.lab, run.notebook_timeout, options))
-        state_file.write_text(json.dumps(state, indent=1))
+        (folder / "run.json").write_text(json.dumps(state, indent=1))
     print(f"grade: {len(units)} student(s) in {folder}: {sum(map(merged, units.values()))} already graded, "
           f"{len(todo)} submitted as job {state['jobs'][-1] if todo else '-'}; progress in {folder / 'progress.txt'}",
           flush=True)
+    return _watched(folder, units, state["jobs"], run, mark)
+
+
+def _watched(folder: Path, units: dict[int, Student], jobs: list[str], run: Run,
+             mark: Callable[[Student], None]) -> list[Student]:
+    """units once every one is merged or its task has ended without a result (watch; that status);
+    interrupted, the jobs are cancelled."""
     try:
-        failed = watch(folder, units, state["jobs"], run, mark)
+        failed = watch(folder, units, jobs, run, mark)
     except BaseException:  # interrupted (or squeue failed): nothing of it is left queued or running,
-        cancel(state["jobs"])  # as its template goes (grade.main); the next command resumes
+        cancel(jobs)  # as its template goes (grade.main); the next command resumes
         raise
     for i in sorted(failed):
         st = units[i]
@@ -304,6 +324,7 @@ def watch(folder: Path, units: dict[int, Student], jobs: Sequence[str], run: Run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command a SLURM array task runs: `task RUN [--index I]` grades one student of RUN."""
     p = argparse.ArgumentParser(prog="python -m dpc_instructor.spread", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="what", required=True)
     t = sub.add_parser("task", help="grade one student of RUN (what each array task runs)")

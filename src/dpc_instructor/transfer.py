@@ -28,6 +28,7 @@ TRIVIAL = re.compile(r"^(?:[\)\]\}:,;]+|else:|try:|finally:|pass|continue|break|
 
 
 def _text(value: object) -> str:
+    """A notebook field's text (a list of lines joined)."""
     return "".join(value) if isinstance(value, list) else str(value)
 
 
@@ -72,10 +73,12 @@ class Overlap:
 
     @property
     def share(self) -> float:
+        """The part of the lab's answer lines a chapter holds."""
         return len(self.found) / self.total if self.total else 0.0
 
     @property
     def ok(self) -> bool:
+        """Whether the chapters give away little enough of the lab (MAX_SHARE, MAX_RUN)."""
         return self.share <= MAX_SHARE and self.longest_run <= MAX_RUN
 
 
@@ -103,6 +106,7 @@ def labs(solutions: Path = ROOT / "solutions") -> list[Path]:
 
 
 def main() -> int:
+    """The command line: every lab's overlap with the chapters, or the lines of one (--show)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--show", metavar="LAB", help="print the lines of LAB found in chapters")
     args = parser.parse_args()

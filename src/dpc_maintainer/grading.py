@@ -6,8 +6,8 @@
 
 Each "student" hands in the lab's reference solution (full marks expected), and the class is graded
 exactly as `make grade` does (src/dpc_instructor/grade.py: sandboxed, into a throw-away course gradebook), once
-with --jobs 1 and once with --jobs N (default: src/dpc_instructor/grade.py's own default for the lab, at least
-2), alternating, --rounds times; --slurm adds `grade --slurm` with --max-running 1 and N. The rate is
+with --jobs 1 and once with --jobs N (default: the grader's own default for the lab,
+dpc_instructor.grading.run.default_jobs, at least 2), alternating, --rounds times; --slurm adds `grade --slurm` with --max-running 1 and N. The rate is
 the grader's own (its last line: students after the reference run, which is made once and shared).
 Prints the median students/minute of each and their ratios, and SLURM's cost per student (1 task at
 a time against 1 job at a time); exit 1 if a student did not get full marks. The machine is shared
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dpc_instructor import grade  # its default number of jobs
+from dpc_instructor.grading.run import default_jobs  # the grader's default number of jobs
 from dpc_setup import cluster  # the two-node test cluster (--slurm)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def measure(a: argparse.Namespace, slurm: dict[str, str] | None) -> int:
     problems: list[str] = []
     for lab in labs:
         with tempfile.TemporaryDirectory(prefix="dpc-gradebench-") as tmp:
-            n = a.jobs or max(2, grade.default_jobs(lab, a.students))
+            n = a.jobs or max(2, default_jobs(lab, a.students))
             ways = [("local", 1), ("local", n)] + ([("slurm", 1), ("slurm", n)] if slurm else [])
             rate: dict[tuple[str, int], list[float]] = {w: [] for w in ways}
             for r in range(a.rounds):

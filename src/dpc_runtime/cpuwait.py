@@ -1,6 +1,6 @@
 """How long a run's threads ran and how long they waited for a CPU, over time: the grader's evidence of
 whether a cell that ran past its time limit was slow by itself or starved by a busy machine
-(dpc_instructor.grade.busy_timeout; sampled by dpc_runtime.sandbox.run_limited).
+(dpc_instructor.grading.failures.busy_timeout; sampled by dpc_runtime.sandbox.run_limited).
 
 Linux counts, for every thread, the time it ran on a CPU and the time it was ready to run but waited
 for one (/proc/PID/task/TID/schedstat: run and run-delay nanoseconds). A sleeping cell does neither;

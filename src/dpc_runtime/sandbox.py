@@ -18,7 +18,7 @@ The sandbox is Debian's `bubblewrap` (`bwrap`, no daemon; apt-get install bubble
   space its writable folder may take (a watcher in `run_limited` stops it there) and, by the
   caller, wall time.
 
-`src/dpc_instructor/grade.py` runs each student's `nbgrader autograde` in one sandbox and each kernel in a second,
+`src/dpc_instructor/grading/job.py` runs each student's `nbgrader autograde` in one sandbox and each kernel in a second,
 tighter one (the kernel cannot read nbgrader's database, which holds the hidden tests);
 `src/dpc_runtime/check.py` (a student's self-check) runs the notebook in one. What sandboxed code
 wrote or a student handed in is read and copied (as root, by the grader) only as folders and
@@ -577,7 +577,7 @@ def kernel_spec(folder: Path, writable: list[Path], read: Sequence[Path] = (),
     Put folder on JUPYTER_PATH: nbgrader and nbclient then start every kernel through it. The
     kernel has no network but its own loopback, so its client must use IPC sockets
     (KernelManager.transport = "ipc") in a folder of `writable`: its runtime folder.
-    The one starting it is the sandbox's user already (see grade.py): it stays that user.
+    The one starting it is the sandbox's user already (see grading/job.py): it stays that user.
     Interrupts go by message (a signal would reach bwrap, not the kernel).
     """
     import json
