@@ -160,7 +160,7 @@ clean:
 	rm -rf build course/runs solutions/*/runs
 
 # `make classroom-test [CLASSROOM_LAB=05-ring-allreduce|all] [CLASSROOM_ARGS="--students 3 --keep"]`: a real
-# JupyterHub class on this machine (src/dpc_maintainer/classroom.py; root, apt, npm): students in Chromium,
+# JupyterHub class on this machine (src/dpc_maintainer/classroom/; root, apt, npm): students in Chromium,
 # nbgrader's exchange, the course's grader, feedback, tear-down; prints a timeline, screenshots in build/classroom/.
 # Ctrl-C or `kill -TERM` tears the run down; if it was killed outright, its guardian does. To clean by hand
 # (after --keep, or a machine that rebooted mid-run): `make classroom-test CLASSROOM_ARGS=--clean`.

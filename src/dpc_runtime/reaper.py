@@ -89,9 +89,14 @@ def owned_by(uids: set[int]) -> list[int]:
     return found
 
 
-def _kill_all(find: Callable[[], list[int]], say: list[str], what: str) -> None:
-    """SIGTERM, then SIGKILL, whatever find() returns, until it returns nothing (bounded)."""
-    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
+TERM_THEN_KILL = ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0))  # (signal, seconds to wait for the end)
+
+
+def kill_all(find: Callable[[], list[int]], say: list[str], what: str,
+             signals: Sequence[tuple[signal.Signals, float]] = TERM_THEN_KILL) -> None:
+    """Each signal in turn (default SIGTERM, then SIGKILL) to whatever find() returns, until it returns nothing
+    (each bounded by its grace seconds); the lines say what was sent and what survived (also the classroom's)."""
+    for sig, grace in signals:
         pids = find()
         if not pids:
             return
@@ -103,7 +108,7 @@ def _kill_all(find: Callable[[], list[int]], say: list[str], what: str) -> None:
         while find() and time.monotonic() < end:
             time.sleep(0.1)  # the kernel ending them (bounded by grace)
     if find():
-        say.append(f"still alive after SIGKILL ({what}): {find()}")
+        say.append(f"still alive after {signal.Signals(signals[-1][0]).name} ({what}): {find()}")
 
 
 def clean(plan: Plan) -> list[str]:
@@ -116,13 +121,13 @@ def clean(plan: Plan) -> list[str]:
             say.append(f"SIGKILL to process group {pid}")
     if plan.marker:
         variable, value = plan.marker
-        _kill_all(lambda: marked(variable, value), say, f"{variable}={value}")
+        kill_all(lambda: marked(variable, value), say, f"{variable}={value}")
     uids = set()
     for user in plan.users:
         with contextlib.suppress(KeyError):
             uids.add(pwd.getpwnam(user).pw_uid)
     if uids:
-        _kill_all(lambda: owned_by(uids), say, f"the accounts {sorted(plan.users)}")
+        kill_all(lambda: owned_by(uids), say, f"the accounts {sorted(plan.users)}")
     for user in plan.users:
         try:
             home = pwd.getpwnam(user).pw_dir

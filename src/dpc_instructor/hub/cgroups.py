@@ -16,16 +16,23 @@ from pathlib import Path
 CPU_PERIOD_US = 100_000
 
 
+def cgroup_mount_table() -> list[tuple[Path, str, list[str]]]:
+    """The cgroup hierarchies (v2 and v1) mounted here, from /proc/self/mounts: (mount point, 'cgroup2' or
+    'cgroup', mount options). The one reader of the mount table: this module's and the classroom's."""
+    found = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] in ("cgroup", "cgroup2"):
+            found.append((Path(fields[1]), fields[2], fields[3].split(",") if len(fields) > 3 else []))
+    return found
+
+
 def cgroup_mounts() -> tuple[Path | None, dict[str, Path]]:
     """The cgroup2 mount that has the cpu, memory and pids controllers (or None), and the v1 mounts
     of those controllers by name."""
     v2: Path | None = None
     v1: dict[str, Path] = {}
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        fields = line.split()
-        if len(fields) < 4:
-            continue
-        where, kind, options = Path(fields[1]), fields[2], fields[3].split(",")
+    for where, kind, options in cgroup_mount_table():
         if kind == "cgroup2":
             try:
                 have = set((where / "cgroup.controllers").read_text().split())
@@ -33,7 +40,7 @@ def cgroup_mounts() -> tuple[Path | None, dict[str, Path]]:
                 continue
             if {"cpu", "memory", "pids"} <= have:
                 v2 = where
-        elif kind == "cgroup":
+        else:
             for name in ("cpu", "memory", "pids"):
                 if name in options:
                     v1[name] = where
@@ -126,6 +133,7 @@ def join_cgroup_then(files: list[str], then: Callable[[], None]) -> Callable[[],
     (LocalProcessSpawner's, which drops to the user)."""
 
     def preexec() -> None:
+        """Write this process's pid to each of files (it joins the cgroup), then call `then`."""
         pid = str(os.getpid())
         for f in files:
             with open(f, "w") as fh:

@@ -1,0 +1,60 @@
+"""The class's steps in order, each timed on the timeline: the machine, the class environment, the accounts and
+the exchange, the release, the hub, the website; then per lab the release of the assignment, the students'
+work, hand-in, collection, grading, feedback and the students' feedback pages (or, with --fairness, the
+measurement). The stages' own files do the steps.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from dpc_maintainer.classroom import accounts, grading, hub, release, students
+from dpc_maintainer.classroom.fairness import fairness
+
+if TYPE_CHECKING:
+    from dpc_maintainer.classroom.room import Classroom
+
+
+def up_and_run(room: Classroom) -> None:
+    """Every step in order."""
+    t = room.timeline
+    with t.step("hub.sh (chromium, configurable-http-proxy, the hub's environment)"):
+        hub.install(room)
+    with t.step(f"class environment (make class-env PREFIX={room.class_env.parent})"):
+        hub.ensure_class_env(room)
+    with t.step(f"accounts: {len(room.students)} students and an instructor"):
+        accounts.make_accounts(room)
+        release.make_exchange(room)
+    with t.step("student release, served by git daemon on loopback"):
+        release.serve_release(room)
+    with t.step("JupyterHub and its proxy up"):
+        hub.start_hub(room)
+    if not room.fairness_only:
+        with t.step("the course's website with this hub's link (make book)"):
+            hub.build_book(room)
+    for lab in room.labs:
+        if os.environ.get("DPC_CLASSROOM_UP_ONLY"):  # debugging: the class up, nothing run
+            return
+        if room.fairness_only:
+            fairness(room, lab)
+        else:
+            run_lab(room, lab)
+
+
+def run_lab(room: Classroom, lab: str) -> None:
+    """One lab, from the instructor's release to the feedback each student opens."""
+    t = room.timeline
+    with t.step(f"{lab}: instructor releases the assignment (nbgrader exchange)"):
+        release.release_assignment(room, lab)
+    with t.step(f"{lab}: students log in, click the nbgitpuller link, fill, Run All at once, save"):
+        students.students_do(room, "work", lab)
+    with t.step(f"{lab}: students hand in (nbgrader submit)"):
+        release.hand_in(room, lab)
+    with t.step(f"{lab}: instructor collects (nbgrader collect)"):
+        submitted = release.collect(room, lab)
+    with t.step(f"{lab}: grade (dpc_instructor.grade, sandboxed)"):
+        grading.grade(room, lab, submitted)
+    with t.step(f"{lab}: feedback (gradebook, release_feedback, fetch_feedback)"):
+        grading.give_feedback(room, lab)
+    with t.step(f"{lab}: students open their feedback, are refused a classmate's"):
+        students.students_do(room, "feedback", lab)
