@@ -23,18 +23,22 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
-def worker(sizes_mb: list[float], repeat: int, iters: int) -> None:
-    """One rank: time Horovod's and torch.distributed's all-reduce; rank 0 prints the medians."""
+def _connect() -> None:
+    """Start this rank: the worker protocol, Horovod, and a torch.distributed gloo group over the same ranks."""
     import horovod.torch as hvd
     import torch
     import torch.distributed as dist
 
     from helpers import free_port
-    from helpers.ring import bus_bandwidth
-    from helpers.worker import finish, report, start
+    from helpers.worker import start
 
     start(backend=None)  # Horovod makes its own communication; the gloo group below is measured
     hvd.init()
@@ -46,39 +50,72 @@ def worker(sizes_mb: list[float], repeat: int, iters: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=hvd.rank(),
                             world_size=hvd.size())
 
+
+def _libraries() -> dict[str, Callable[[torch.Tensor, str], None]]:
+    """Each library's in-place all-reduce (sum) of a tensor, by name (Horovod matches calls by name)."""
+    import horovod.torch as hvd
+    import torch.distributed as dist
+
     def run_hvd(t: torch.Tensor, name: str) -> None:
         hvd.allreduce_(t, op=hvd.Sum, name=name)
 
     def run_torch(t: torch.Tensor, name: str) -> None:
         dist.all_reduce(t)
 
-    libs = {"horovod": run_hvd, "torch.distributed": run_torch}
-    tensors = {mb: torch.ones(int(mb * 2**20) // 4) for mb in sizes_mb}
+    return {"horovod": run_hvd, "torch.distributed": run_torch}
+
+
+def _time(libs: dict[str, Callable[[torch.Tensor, str], None]], tensors: dict[float, torch.Tensor],
+          repeat: int, iters: int) -> dict[tuple[str, float], list[float]]:
+    """Seconds per all-reduce on the slowest rank, for each (library, MB), interleaved, after a warm-up."""
+    import horovod.torch as hvd
+    import torch.distributed as dist
+
     for mb, t in tensors.items():  # warm-up: connections, buffers, Horovod's negotiation
         for lib, fn in libs.items():
             fn(t, f"warm.{mb}")
-    times: dict[tuple[str, float], list[float]] = {(lib, mb): [] for lib in libs for mb in sizes_mb}
+    times: dict[tuple[str, float], list[float]] = {(lib, mb): [] for lib in libs for mb in tensors}
     for r in range(repeat):
         order = list(libs) if r % 2 == 0 else list(reversed(libs))  # interleaved, alternating
         for mb, t in tensors.items():
             for lib in order:
                 dist.barrier()
-                start = time.perf_counter()
+                t0 = time.perf_counter()
                 for i in range(iters):
                     libs[lib](t, f"bench.{mb}")
-                elapsed = (time.perf_counter() - start) / iters
+                elapsed = (time.perf_counter() - t0) / iters
                 # the slowest rank decides when an all-reduce is done
                 times[(lib, mb)].append(max(hvd.allgather_object(elapsed)))
+    return times
+
+
+def _rows(times: dict[tuple[str, float], list[float]], ranks: int, repeat: int) -> list[dict]:
+    """One row per (library, MB): the median time and the algorithm and bus bandwidths."""
+    from helpers.ring import bus_bandwidth
+
+    rows = []
+    for (lib, mb), ts in times.items():
+        med = statistics.median(ts)
+        nbytes = int(mb * 2**20) // 4 * 4
+        algbw = nbytes / med / 1e9
+        rows.append({"library": lib, "ranks": ranks, "mbytes": mb, "bytes": nbytes,
+                     "median_s": med, "algbw_GBps": algbw,
+                     "busbw_GBps": bus_bandwidth(nbytes, med, ranks) / 1e9, "repeats": repeat})
+    return rows
+
+
+def worker(sizes_mb: list[float], repeat: int, iters: int) -> None:
+    """One rank: time Horovod's and torch.distributed's all-reduce; rank 0 prints the medians."""
+    import horovod.torch as hvd
+    import torch
+
+    from helpers.worker import finish, report
+
+    _connect()
+    tensors = {mb: torch.ones(int(mb * 2**20) // 4) for mb in sizes_mb}
+    times = _time(_libraries(), tensors, repeat, iters)
     if hvd.rank() == 0:
-        rows = []
-        for (lib, mb), ts in times.items():
-            med = statistics.median(ts)
-            nbytes = int(mb * 2**20) // 4 * 4
-            algbw = nbytes / med / 1e9
-            rows.append({"library": lib, "ranks": hvd.size(), "mbytes": mb, "bytes": nbytes,
-                         "median_s": med, "algbw_GBps": algbw,
-                         "busbw_GBps": bus_bandwidth(nbytes, med, hvd.size()) / 1e9, "repeats": repeat})
-        report(rows=rows)
+        report(rows=_rows(times, hvd.size(), repeat))
     finish()
 
 

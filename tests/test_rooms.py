@@ -109,3 +109,109 @@ def test_a_module_run_outside_the_course_environment_imports_without_its_package
     out = subprocess.run([sys.executable, "-S", "-c", f"import {module}"], env={"PYTHONPATH": str(SRC)},
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def module_name(path: Path) -> str:
+    """The dotted name of a .py file under src/ (a package's __init__.py: the package)."""
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def run_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of tree except those in the body of an `if TYPE_CHECKING:` (for type checkers only)."""
+    nodes, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test).split("."):
+            todo += [node.test, *node.orelse]
+        else:
+            todo += ast.iter_child_nodes(node)
+    return nodes
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """The modules of src/ that path's import statements name, anywhere in it (in functions too).
+
+    `from x import y` names x.y when that is a module, else x; relative imports are resolved
+    against path's package. Imports under `if TYPE_CHECKING:` are left out: they never run.
+    """
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found = set()
+    for node in run_nodes(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*up, *([node.module] if node.module else [])])
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+    return (found & modules) - {me}
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of graph (module -> modules it imports) as [a, b, ..., a], or None when there is none."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        if module in path:
+            return path[path.index(module):] + [module]
+        if module in done:
+            return None
+        path.append(module)
+        for nxt in sorted(graph[module]):
+            if cycle := visit(nxt):
+                return cycle
+        path.pop()
+        done.add(module)
+        return None
+
+    return next((c for m in sorted(graph) if (c := visit(m))), None)
+
+
+def test_no_import_cycle_between_modules_of_src():
+    files = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+    graph = {m: imported_modules(p, set(files)) for m, p in files.items()}
+    assert import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]  # the finder
+    cycle = import_cycle(graph)
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)} (move what both need into a module of its own)"
+
+
+LONGEST = 50  # lines of a function, def to its last line, docstring included
+# "path::function" -> why it stays longer: a chapter reads it whole.
+LONG_ON_PURPOSE = {
+    "src/helpers/ring.py::ring_allreduce": "chapter 5 prints its source (inspect.getsource in "
+                                           "course/05-ring-allreduce.ipynb) as the algorithm students read",
+}
+
+
+def function_lengths(path: Path) -> dict[str, int]:
+    """Lines of every function of path (methods and nested functions too), by Class.function name."""
+    lengths = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                if not isinstance(child, ast.ClassDef):
+                    lengths[name] = (child.end_lineno or child.lineno) - child.lineno + 1
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(path.read_text()), "")
+    return lengths
+
+
+def test_no_function_is_longer_than_fifty_lines():
+    lengths = {f"{p.relative_to(ROOT).as_posix()}::{name}": n
+               for d in ("src", "benchmarks", "examples") for p in sorted((ROOT / d).rglob("*.py"))
+               for name, n in function_lengths(p).items()}
+    long = {k: n for k, n in lengths.items() if n > LONGEST and k not in LONG_ON_PURPOSE}
+    assert not long, f"functions over {LONGEST} lines (split them into named steps):\n" + "\n".join(
+        f"  {k}: {n} lines" for k, n in sorted(long.items()))
+    stale = [k for k in LONG_ON_PURPOSE if lengths.get(k, 0) <= LONGEST]
+    assert not stale, f"LONG_ON_PURPOSE names functions that no longer exist or are short now: {stale}"

@@ -15,6 +15,7 @@ import os
 import socket
 import statistics
 import time
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.distributed as dist
@@ -87,25 +88,20 @@ def train() -> None:
            node_name=os.environ.get("SLURMD_NODENAME", socket.gethostname()))
 
 
-def bench() -> None:
-    # One thread per rank whatever the rank count (torchrun sets OMP_NUM_THREADS=1 only for 2+
-    # ranks per node): otherwise 1 rank would use every core and the comparison would be unfair.
-    torch.set_num_threads(1)
-    def make() -> nn.Module:
-        torch.manual_seed(0)
-        layers: list[nn.Module] = [nn.Linear(64, args.width), nn.ReLU()]
-        for _ in range(args.depth):
-            layers += [nn.Linear(args.width, args.width), nn.ReLU()]
-        return nn.Sequential(*layers, nn.Linear(args.width, 10)).to(device)
+def make_model() -> nn.Module:
+    """The bench's MLP (--width wide, --depth hidden layers) on this rank's device; every call the same weights."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = [nn.Linear(64, args.width), nn.ReLU()]
+    for _ in range(args.depth):
+        layers += [nn.Linear(args.width, args.width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(args.width, 10)).to(device)
 
+
+def batches() -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+    """A function returning the next batch (inputs, labels) on the device, from 16 batches held in memory."""
     g = torch.Generator().manual_seed(rank)
     pool = torch.randn(16 * args.batch, 64, generator=g)  # the "dataset", already in memory
     labels = torch.randint(0, 10, (16 * args.batch,), generator=g)
-    grad_mb = sum(p.numel() for p in make().parameters()) * 4 / 2**20
-    models = {"default buckets (25 MB)": DDP(make(), bucket_cap_mb=25),
-              "tiny buckets (0.01 MB)": DDP(make(), bucket_cap_mb=0.01),
-              "no overlap": DDP(make()), "computation only": DDP(make())}
-    opts = {k: torch.optim.SGD(m.parameters(), lr=0.001) for k, m in models.items()}
     step_i = [0]
 
     def batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,28 +109,40 @@ def bench() -> None:
         step_i[0] += 1
         return pool[i * args.batch:(i + 1) * args.batch].to(device), labels[i * args.batch:(i + 1) * args.batch].to(device)
 
-    def step(name: str, xb: torch.Tensor, yb: torch.Tensor) -> None:
-        model, opt = models[name], opts[name]
-        opt.zero_grad()
-        if name in ("no overlap", "computation only"):
-            with model.no_sync():  # backward without DDP's all-reduces
-                nn.functional.cross_entropy(model(xb), yb).backward()
-            if name == "no overlap":  # then ONE fused all-reduce, after the whole backward
-                grads = [p.grad for p in model.parameters()]
-                flat = torch.cat([t.flatten() for t in grads]) / world
-                dist.all_reduce(flat)
-                offset = 0
-                for t in grads:  # copy the averaged gradients back into .grad
-                    t.copy_(flat[offset:offset + t.numel()].view_as(t))
-                    offset += t.numel()
-        else:
-            nn.functional.cross_entropy(model(xb), yb).backward()  # all-reduce overlaps backward
-        opt.step()
-        sync()
+    return batch
 
+
+def all_reduce_after(model: nn.Module) -> None:
+    """Average the gradients with ONE fused all-reduce, after the whole backward (no overlap)."""
+    grads = [p.grad for p in model.parameters()]
+    flat = torch.cat([t.flatten() for t in grads]) / world
+    dist.all_reduce(flat)
+    offset = 0
+    for t in grads:  # copy the averaged gradients back into .grad
+        t.copy_(flat[offset:offset + t.numel()].view_as(t))
+        offset += t.numel()
+
+
+def bench_step(name: str, model: DDP, opt: torch.optim.Optimizer, xb: torch.Tensor, yb: torch.Tensor) -> None:
+    """One training step of the variant `name` (see the module's docstring), finished on the device."""
+    opt.zero_grad()
+    if name in ("no overlap", "computation only"):
+        with model.no_sync():  # backward without DDP's all-reduces
+            nn.functional.cross_entropy(model(xb), yb).backward()
+        if name == "no overlap":  # then ONE fused all-reduce, after the whole backward
+            all_reduce_after(model)
+    else:
+        nn.functional.cross_entropy(model(xb), yb).backward()  # all-reduce overlaps backward
+    opt.step()
+    sync()
+
+
+def time_variants(models: Mapping[str, DDP], opts: Mapping[str, torch.optim.Optimizer],
+                  batch: Callable[[], tuple[torch.Tensor, torch.Tensor]]) -> dict[str, list[float]]:
+    """Seconds of every step of every variant, and of fetching its input ("input"), after a warm-up."""
     times: dict[str, list[float]] = {k: [] for k in [*models, "input"]}
     for name in models:  # warm-up
-        step(name, *batch())
+        bench_step(name, models[name], opts[name], *batch())
     for _ in range(args.repeats):  # interleaved: every configuration sees the same machine load
         for name in models:
             dist.barrier()
@@ -142,9 +150,24 @@ def bench() -> None:
                 t0 = time.perf_counter()
                 xb, yb = batch()
                 t1 = time.perf_counter()
-                step(name, xb, yb)
+                bench_step(name, models[name], opts[name], xb, yb)
                 times["input"].append(t1 - t0)
                 times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def bench() -> None:
+    """Time the four variants of a DDP training step; rank 0 reports the slowest rank's medians."""
+    # One thread per rank whatever the rank count (torchrun sets OMP_NUM_THREADS=1 only for 2+
+    # ranks per node): otherwise 1 rank would use every core and the comparison would be unfair.
+    torch.set_num_threads(1)
+    batch = batches()
+    grad_mb = sum(p.numel() for p in make_model().parameters()) * 4 / 2**20
+    models = {"default buckets (25 MB)": DDP(make_model(), bucket_cap_mb=25),
+              "tiny buckets (0.01 MB)": DDP(make_model(), bucket_cap_mb=0.01),
+              "no overlap": DDP(make_model()), "computation only": DDP(make_model())}
+    opts = {k: torch.optim.SGD(m.parameters(), lr=0.001) for k, m in models.items()}
+    times = time_variants(models, opts, batch)
     med = torch.tensor([statistics.median(times[k]) for k in times], dtype=torch.float64, device=device)
     dist.all_reduce(med, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
     if rank == 0:

@@ -316,83 +316,79 @@ def print_overlaps() -> None:
             print(f"{rel}: {s}    # {status}; from {where}")
 
 
-def build(out: Path, allow_missing: bool = False, check_labs: bool = True,
-          parent: str | None = None) -> Path:
-    """Write the release folder `out`, its git branch and out.tar.gz; return out.
-
-    The branch's one new commit has as parent the `student` branch of `parent` (a repository URL or
-    folder, e.g. the published student repository) or else of the previous release in `out`.
-    """
-    out = out.resolve()
+def check_out(out: Path) -> None:
+    """Refuse an `out` inside this repository (but outside build/), or one that is not a previous release."""
     if ROOT.is_relative_to(out) or (out.is_relative_to(ROOT) and not out.is_relative_to(ROOT / "build")):
         raise ReleaseError(f"{out}: write the release under build/ or outside this repository")
     if not previous_release(out):
         raise ReleaseError(f"{out} exists and is not a previous release: choose another OUT, "
                            "or remove it")
-    files, missing = release_files(allow_missing)
-    if missing:
-        print(f"release: WARNING {', '.join(missing)} missing (colleague's work): students could not "
-              "check their labs with this release; do not hand it out", file=sys.stderr)
-    if check_labs:
-        check_labs_fresh()
 
+
+def make_stage(out: Path) -> Path:
+    """A new folder beside `out` to write the release in, readable by others as a release folder is."""
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     umask = os.umask(0)
     os.umask(umask)
     stage.chmod(0o777 & ~umask)  # mkdtemp makes it private; a release folder is read by others
+    return stage
+
+
+def check_stage(stage: Path) -> None:
+    """Refuse a staged release that holds a FORBIDDEN path or a line of an answer or hidden test."""
+    bad = forbidden_present(stage)
+    if bad:
+        raise ReleaseError(f"the release would hold {', '.join(bad)}")
+    leaks = find_leaks(stage)
+    if leaks:
+        raise ReleaseError(
+            f"{len(leaks)} line(s) of answers or hidden tests would be released (a line a chapter "
+            f"teaches on purpose goes into {TAUGHT.relative_to(ROOT)} after review; "
+            "`python -m dpc_instructor.release --overlaps` lists them):\n  " + "\n  ".join(leaks[:30]))
+
+
+def uncommitted(files: list[str]) -> list[str]:
+    """The released files (and student_files templates) with changes git has not committed."""
+    changed = git("status", "--porcelain", "--untracked-files=all", "--", *INCLUDE, *REQUIRED,
+                  str(TEMPLATES.relative_to(ROOT))).splitlines()
+    return sorted(p for p in (line[3:] for line in changed)
+                  if p in files or p.startswith(str(TEMPLATES.relative_to(ROOT)) + "/"))
+
+
+def commit_message(source: str, dirty: list[str]) -> str:
+    """The release commit's message: the course commit it comes from, and any uncommitted changes."""
+    return (f"Student release of dp-course {source}\n\n"
+            f"Written by src/dpc_instructor/release.py from commit {git('rev-parse', 'HEAD').strip()} of the "
+            "course repository" + (f", with uncommitted changes to {len(dirty)} file(s)" if dirty
+                                    else "") + ".\n")
+
+
+def parent_commit(stage: Path, previous: str | None, env: dict[str, str]) -> list[str]:
+    """commit-tree's parent arguments: the tip of branch BRANCH of `previous`, or none for a first release."""
+    if not previous:
+        return []
     try:
-        stage_files(stage, files)
-        bad = forbidden_present(stage)
-        if bad:
-            raise ReleaseError(f"the release would hold {', '.join(bad)}")
-        leaks = find_leaks(stage)
-        if leaks:
-            raise ReleaseError(
-                f"{len(leaks)} line(s) of answers or hidden tests would be released (a line a chapter "
-                f"teaches on purpose goes into {TAUGHT.relative_to(ROOT)} after review; "
-                "`python -m dpc_instructor.release --overlaps` lists them):\n  " + "\n  ".join(leaks[:30]))
+        git("fetch", "-q", "--no-tags", previous, BRANCH, cwd=stage, env=env)
+    except ReleaseError as e:
+        raise ReleaseError(f"cannot read branch {BRANCH} of the previous release {previous}: "
+                           + str(e).split(": ", 1)[-1].splitlines()[0]) from None
+    return ["-p", git("rev-parse", "FETCH_HEAD", cwd=stage, env=env).strip()]
 
-        source = git("rev-parse", "--short", "HEAD").strip()
-        changed = git("status", "--porcelain", "--untracked-files=all", "--", *INCLUDE, *REQUIRED,
-                      str(TEMPLATES.relative_to(ROOT))).splitlines()
-        dirty = sorted(p for p in (line[3:] for line in changed)
-                       if p in files or p.startswith(str(TEMPLATES.relative_to(ROOT)) + "/"))
-        env = release_env(git("log", "-1", "--format=%cI", "HEAD").strip())
-        message = (f"Student release of dp-course {source}\n\n"
-                   f"Written by src/dpc_instructor/release.py from commit {git('rev-parse', 'HEAD').strip()} of the "
-                   "course repository" + (f", with uncommitted changes to {len(dirty)} file(s)" if dirty
-                                           else "") + ".\n")
-        git("init", "-q", "-b", BRANCH, cwd=stage, env=env)
-        git("add", "-A", cwd=stage, env=env)
-        tree = git("write-tree", cwd=stage, env=env).strip()
-        # A later release continues the branch of the one before (the previous folder's, or the
-        # published one named by `parent`), so pushing it and students' `git pull` fast-forward.
-        previous = parent or (str(out) if (out / ".git").is_dir() else None)
-        parents = []
-        if previous:
-            try:
-                git("fetch", "-q", "--no-tags", previous, BRANCH, cwd=stage, env=env)
-            except ReleaseError as e:
-                raise ReleaseError(f"cannot read branch {BRANCH} of the previous release {previous}: "
-                                   + str(e).split(": ", 1)[-1].splitlines()[0]) from None
-            parents = ["-p", git("rev-parse", "FETCH_HEAD", cwd=stage, env=env).strip()]
-        commit = git("commit-tree", tree, *parents, "-m", message, cwd=stage, env=env).strip()
-        git("update-ref", f"refs/heads/{BRANCH}", commit, cwd=stage, env=env)
-        (stage / ".git" / "FETCH_HEAD").unlink(missing_ok=True)
-        archive = out.parent / f"{out.name}.tar.gz"
-        part = out.parent / f".{out.name}.tar.gz.part"
-        git("archive", "--format=tar.gz", f"--prefix={out.name}/", "-o", str(part), BRANCH,
-            cwd=stage, env=env)
 
-        if out.exists():
-            shutil.rmtree(out)
-        stage.rename(out)
-        part.replace(archive)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        (out.parent / f".{out.name}.tar.gz.part").unlink(missing_ok=True)
-        raise
+def commit_stage(stage: Path, previous: str | None, message: str, env: dict[str, str]) -> None:
+    """Make stage a git repository whose branch BRANCH is one new commit of its files on top of `previous`."""
+    git("init", "-q", "-b", BRANCH, cwd=stage, env=env)
+    git("add", "-A", cwd=stage, env=env)
+    tree = git("write-tree", cwd=stage, env=env).strip()
+    parents = parent_commit(stage, previous, env)
+    commit = git("commit-tree", tree, *parents, "-m", message, cwd=stage, env=env).strip()
+    git("update-ref", f"refs/heads/{BRANCH}", commit, cwd=stage, env=env)
+    (stage / ".git" / "FETCH_HEAD").unlink(missing_ok=True)
+
+
+def print_summary(out: Path, archive: Path, source: str, dirty: list[str], env: dict[str, str]) -> None:
+    """Print what was written: files, size, archive, branch and how to publish it; last word: out."""
     n_files = git("ls-files", "-z", cwd=out, env=env).count("\0")
     if dirty:
         print(f"release: note: uncommitted changes in the released files: {', '.join(dirty)}")
@@ -403,6 +399,47 @@ def build(out: Path, allow_missing: bool = False, check_labs: bool = True,
     print(f"release: branch {BRANCH} ({history} release(s) in its history); publish it with: "
           f"git -C {out} push <your-remote> {BRANCH}")
     print(f"release: wrote {out}", flush=True)
+
+
+def build(out: Path, allow_missing: bool = False, check_labs: bool = True,
+          parent: str | None = None) -> Path:
+    """Write the release folder `out`, its git branch and out.tar.gz; return out.
+
+    The branch's one new commit has as parent the `student` branch of `parent` (a repository URL or
+    folder, e.g. the published student repository) or else of the previous release in `out`.
+    """
+    out = out.resolve()
+    check_out(out)
+    files, missing = release_files(allow_missing)
+    if missing:
+        print(f"release: WARNING {', '.join(missing)} missing (colleague's work): students could not "
+              "check their labs with this release; do not hand it out", file=sys.stderr)
+    if check_labs:
+        check_labs_fresh()
+    stage = make_stage(out)
+    archive = out.parent / f"{out.name}.tar.gz"
+    part = out.parent / f".{out.name}.tar.gz.part"
+    try:
+        stage_files(stage, files)
+        check_stage(stage)
+        source = git("rev-parse", "--short", "HEAD").strip()
+        dirty = uncommitted(files)
+        env = release_env(git("log", "-1", "--format=%cI", "HEAD").strip())
+        # A later release continues the branch of the one before (the previous folder's, or the
+        # published one named by `parent`), so pushing it and students' `git pull` fast-forward.
+        previous = parent or (str(out) if (out / ".git").is_dir() else None)
+        commit_stage(stage, previous, commit_message(source, dirty), env)
+        git("archive", "--format=tar.gz", f"--prefix={out.name}/", "-o", str(part), BRANCH,
+            cwd=stage, env=env)
+        if out.exists():
+            shutil.rmtree(out)
+        stage.rename(out)
+        part.replace(archive)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        part.unlink(missing_ok=True)
+        raise
+    print_summary(out, archive, source, dirty, env)
     return out
 
 

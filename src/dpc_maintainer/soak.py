@@ -234,7 +234,8 @@ def summary(outcomes: list[Outcome]) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line's options (see the module's docstring)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=12,
                    help="rounds; each kind is launched rounds x its weight times (short kinds: 3)")
@@ -244,26 +245,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated substrings of kind names")
     p.add_argument("--legacy-exit", action="store_true", help="end the copied workers the pre-protocol way")
     p.add_argument("--json", default=str(ROOT / "build" / "soak" / "soak.json"))
-    a = p.parse_args(argv)
-    scratch = Path(tempfile.mkdtemp(prefix="dpc-soak-"))
-    ws = Workspace(scratch / "files", a.legacy_exit)
-    chosen = [k for k in kinds(ws) if not a.only or any(s and s in k.name for s in a.only.split(","))]
-    if a.legacy_exit:
-        chosen = [k for k in chosen if k.legacy]
-    if not chosen:
-        print(f"soak: no kind matches --only {a.only!r}", file=sys.stderr)
-        return 2
-    plan = [k for k in chosen for _ in range(a.rounds * k.weight)]
-    random.Random(0).shuffle(plan)
-    hog = start_hog(a.hog)
-    outcomes: list[Outcome] = []
-    lock = threading.Lock()
-    start = time.monotonic()
-    print(f"soak: {len(plan)} launches of {len(chosen)} kinds, {a.parallel} at a time, then a burst "
-          f"of {a.burst}; CPU hog: {a.hog} busy process(es) on {helpers.cpu_cores()} core(s)"
-          + ("; LEGACY exit path" if a.legacy_exit else ""), flush=True)
+    return p.parse_args(argv)
 
-    total = len(plan) + a.burst
+
+def chosen_kinds(ws: Workspace, only: str, legacy_exit: bool) -> list[Kind]:
+    """The kinds whose name contains one of the comma-separated substrings of only (all when empty)."""
+    chosen = [k for k in kinds(ws) if not only or any(s and s in k.name for s in only.split(","))]
+    if legacy_exit:
+        chosen = [k for k in chosen if k.legacy]
+    return chosen
+
+
+def recorder(scratch: Path, outcomes: list[Outcome], total: int, start: float) -> Callable[[Kind], None]:
+    """A function that makes one launch of a kind, keeps its outcome, prints a failure and the progress."""
+    lock = threading.Lock()
 
     def one(kind: Kind) -> None:
         o = attempt(kind, scratch)
@@ -276,27 +271,57 @@ def main(argv: list[str] | None = None) -> int:
             elif done % 10 == 0:
                 print(f"[{done}/{total}] {time.monotonic() - start:.0f} s", flush=True)
 
+    return one
+
+
+def launch_all(one: Callable[[Kind], None], plan: list[Kind], parallel: int, burst: int, ws: Workspace) -> None:
+    """The plan, parallel launches at a time, then a burst of concurrent torchrun launches."""
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(one, plan))
+    if burst:
+        kind = Kind(f"burst: {burst} concurrent launches (torchrun 2)",
+                    lambda d: helpers.launch(ws / "tests/workers/ranks.py", 2, args=["ok"],
+                                             timeout=TIMEOUT, echo=False, cwd=d),
+                    equal("sum", 3.0, (0, 1)))
+        with ThreadPoolExecutor(burst) as pool:
+            list(pool.map(one, [kind] * burst))
+
+
+def write_json(a: argparse.Namespace, lines: list[str], outcomes: list[Outcome]) -> None:
+    """Write the options, the summary and every outcome to the --json file."""
+    out = Path(a.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"legacy_exit": a.legacy_exit, "hog": a.hog, "parallel": a.parallel,
+                               "cores": helpers.cpu_cores(), "summary": lines,
+                               "outcomes": [o.__dict__ for o in outcomes]}, indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: every kind of launch again and again under a CPU hog; exit 1 if any failed."""
+    a = parse_args(argv)
+    scratch = Path(tempfile.mkdtemp(prefix="dpc-soak-"))
+    ws = Workspace(scratch / "files", a.legacy_exit)
+    chosen = chosen_kinds(ws, a.only, a.legacy_exit)
+    if not chosen:
+        print(f"soak: no kind matches --only {a.only!r}", file=sys.stderr)
+        return 2
+    plan = [k for k in chosen for _ in range(a.rounds * k.weight)]
+    random.Random(0).shuffle(plan)
+    hog = start_hog(a.hog)
+    outcomes: list[Outcome] = []
+    start = time.monotonic()
+    print(f"soak: {len(plan)} launches of {len(chosen)} kinds, {a.parallel} at a time, then a burst "
+          f"of {a.burst}; CPU hog: {a.hog} busy process(es) on {helpers.cpu_cores()} core(s)"
+          + ("; LEGACY exit path" if a.legacy_exit else ""), flush=True)
     try:
-        with ThreadPoolExecutor(a.parallel) as pool:
-            list(pool.map(one, plan))
-        if a.burst:
-            burst = Kind(f"burst: {a.burst} concurrent launches (torchrun 2)",
-                         lambda d: helpers.launch(ws / "tests/workers/ranks.py", 2, args=["ok"],
-                                                  timeout=TIMEOUT, echo=False, cwd=d),
-                         equal("sum", 3.0, (0, 1)))
-            with ThreadPoolExecutor(a.burst) as pool:
-                list(pool.map(one, [burst] * a.burst))
+        launch_all(recorder(scratch, outcomes, len(plan) + a.burst, start), plan, a.parallel, a.burst, ws)
     finally:
         for h in hog:
             h.kill()
             h.wait()
     lines = summary(outcomes)
     print(f"\n{time.monotonic() - start:.0f} s in all\n" + "\n".join(lines), flush=True)
-    out = Path(a.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"legacy_exit": a.legacy_exit, "hog": a.hog, "parallel": a.parallel,
-                               "cores": helpers.cpu_cores(), "summary": lines,
-                               "outcomes": [o.__dict__ for o in outcomes]}, indent=1))
+    write_json(a, lines, outcomes)
     return 1 if any(o.failure for o in outcomes) else 0
 
 

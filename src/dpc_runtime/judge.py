@@ -28,7 +28,7 @@ MIME = "application/vnd.dpc.record+json"
 ARRAY_LIMIT = 1 << 20  # elements one recorded array may have
 SEED_VARIABLE = "DPC_GRADE_SEED"  # set by the grader (dpc_instructor.grade): one seed per grading run
 # Beside a lab notebook whose hidden cases the grader makes outside the kernel (a locked cell
-# defining hidden_cases(draw); dpc_instructor.grade.make_cases): the cases' inputs, and only those.
+# defining hidden_cases(draw); dpc_instructor.grading.cases.make_cases): the cases' inputs, and only those.
 CASES_FILE = "hidden-cases.json"
 
 
@@ -102,7 +102,7 @@ def record(name: str, value: Any, *, rtol: float = 1e-5, atol: float = 1e-6,
     "column_means" of a table); `judged=False`: compared with nothing, only named by later records.
     `case`: the value is the answer for the grader's hidden case number `case` (CASES_FILE); the
     grader judges it only in the test cell that case belongs to (which the kernel is never told:
-    dpc_instructor.grade.assign_cases), in every other cell it counts as judged=False.
+    dpc_instructor.grading.cases.assign_cases), in every other cell it counts as judged=False.
     """
     from IPython.display import display
 
@@ -219,10 +219,8 @@ def verdict(reference: list[dict], got: list[dict]) -> str | None:
         return f"a recorded value could not be read ({type(err).__name__})"
 
 
-def _verdict(reference: list[dict], got: list[dict]) -> str | None:
-    """verdict, which may raise on a malformed record."""
-    import numpy as np
-
+def _names_verdict(reference: list[dict], got: list[dict]) -> str | None:
+    """Why got's records are not the reference's, by name and in order (None: they are)."""
     if not isinstance(got, list) or not all(isinstance(r, dict) for r in got):
         return "the cell's records are malformed"
     if [r.get("name") for r in got] != [r["name"] for r in reference]:
@@ -230,6 +228,51 @@ def _verdict(reference: list[dict], got: list[dict]) -> str | None:
         missing = [r["name"] for r in reference if r["name"] not in have]
         return ("the cell did not record " + ", ".join(repr(m) for m in missing) if missing else
                 f"the cell recorded {have}, expected {[r['name'] for r in reference]}")
+    return None
+
+
+def _relation_verdict(want: dict, value: Any, values: dict[str, Any], rtol: float, atol: float) -> str | None:
+    """Why value breaks the reference's same_as or differs_from another recorded value (None: it does not)."""
+    name = want["name"]
+    other = want.get("same_as") or want.get("differs_from")
+    if other not in values:
+        return f"{name!r}: the cell did not record {other!r}"
+    same = _differs(values[other], value, 0.0 if want.get("differs_from") else rtol, atol, "") is None
+    if want.get("same_as") and not same:
+        return f"{name!r} differs from {other!r}"
+    if want.get("differs_from") and same:
+        return f"{name!r} is the same as {other!r}: nothing changed"
+    return None
+
+
+def _bounds_verdict(want: dict, value: Any, expected: Any) -> str | None:
+    """Why value, finite numbers of the reference's shape, breaks at_least or at_most (None: it does not)."""
+    import numpy as np
+
+    name = want["name"]
+    try:
+        arr = np.asarray(_array(value), dtype=np.float64)
+    except (TypeError, ValueError):
+        return f"{name!r} is not a number"
+    if arr.size == 0 or not np.all(np.isfinite(arr)):
+        return f"{name!r} is not a finite number"
+    try:
+        shape = np.shape(np.asarray(_array(expected), dtype=np.float64))
+    except (TypeError, ValueError):
+        shape = arr.shape  # a reference of no one shape: the bound alone
+    if arr.shape != shape:
+        return f"{name!r} has shape {arr.shape}, not {shape}"
+    if want.get("at_least") is not None and not np.all(arr >= want["at_least"]):
+        return f"{name!r} is below {want['at_least']:g}"
+    if want.get("at_most") is not None and not np.all(arr <= want["at_most"]):
+        return f"{name!r} is above {want['at_most']:g}"
+    return None
+
+
+def _verdict(reference: list[dict], got: list[dict]) -> str | None:
+    """verdict, which may raise on a malformed record."""
+    if why := _names_verdict(reference, got):
+        return why
     values: dict[str, Any] = {}
     for want, item in zip(reference, got):
         name = want["name"]
@@ -243,34 +286,12 @@ def _verdict(reference: list[dict], got: list[dict]) -> str | None:
         rtol, atol = float(want["rtol"]), float(want["atol"])
         if want.get("judged") is False:
             continue
-        other = want.get("same_as") or want.get("differs_from")
-        if other is not None:
-            if other not in values:
-                return f"{name!r}: the cell did not record {other!r}"
-            same = _differs(values[other], value, 0.0 if want.get("differs_from") else rtol, atol, "") is None
-            if want.get("same_as") and not same:
-                return f"{name!r} differs from {other!r}"
-            if want.get("differs_from") and same:
-                return f"{name!r} is the same as {other!r}: nothing changed"
-            continue
-        if want.get("at_least") is not None or want.get("at_most") is not None:
-            try:
-                arr = np.asarray(_array(value), dtype=np.float64)
-            except (TypeError, ValueError):
-                return f"{name!r} is not a number"
-            if arr.size == 0 or not np.all(np.isfinite(arr)):
-                return f"{name!r} is not a finite number"
-            try:
-                shape = np.shape(np.asarray(_array(expected), dtype=np.float64))
-            except (TypeError, ValueError):
-                shape = arr.shape  # a reference of no one shape: the bound alone
-            if arr.shape != shape:
-                return f"{name!r} has shape {arr.shape}, not {shape}"
-            if want.get("at_least") is not None and not np.all(arr >= want["at_least"]):
-                return f"{name!r} is below {want['at_least']:g}"
-            if want.get("at_most") is not None and not np.all(arr <= want["at_most"]):
-                return f"{name!r} is above {want['at_most']:g}"
-            continue
-        if why := _differs(expected, value, rtol, atol, repr(name)):
+        if (want.get("same_as") or want.get("differs_from")) is not None:
+            why = _relation_verdict(want, value, values, rtol, atol)
+        elif want.get("at_least") is not None or want.get("at_most") is not None:
+            why = _bounds_verdict(want, value, expected)
+        else:
+            why = _differs(expected, value, rtol, atol, repr(name))
+        if why:
             return why
     return None

@@ -225,6 +225,63 @@ def placement_env(nprocs: int, gpus: int, devices: str = "auto") -> tuple[Placem
     return plan, {RANK_DEVICE: "cuda" if plan.backend == "nccl" else "shared"}
 
 
+Procs = list[tuple[int | None, subprocess.Popen[bytes]]]  # (rank, or None for a launcher; its process)
+
+
+def _ranks_env(nprocs: int, env: Mapping[str, str] | None, devices: str,
+               echo: bool) -> tuple[str, str, dict[str, str]]:
+    """(launch id, protocol folder, the ranks' environment); where there are GPUs, says once where ranks run."""
+    plan, placed = placement_env(nprocs, visible_gpus({**os.environ, **(env or {})}), devices)
+    launch_id = uuid.uuid4().hex
+    protocol = tempfile.mkdtemp(prefix="dpc-launch-")  # the workers' protocol lines (helpers.worker)
+    base_env = {**quiet_env(nprocs), **os.environ, **placed, **(env or {}), MARKER: launch_id,
+                "PYTHONUNBUFFERED": "1", PROTOCOL_DIR: protocol}
+    where = f"{nprocs} rank(s): {plan.backend} on {plan.device_type} ({plan.why})"
+    if echo and plan.why != "no GPU" and where not in _said:
+        _said.add(where)
+        print(f"[launch] {where}", flush=True)
+    return launch_id, protocol, base_env
+
+
+def _start_commands(commands: Sequence[Command], base_env: dict[str, str], cwd: str | os.PathLike[str] | None,
+                    adopting: _Adopter, procs: Procs) -> None:
+    """Start each command in a session of its own, registered as this launch's; append it to procs."""
+    for rank, argv, extra in commands:
+        with _adopt_lock:  # started and registered before another launch looks for its strays
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, env={**base_env, **extra}, cwd=cwd,
+                                 start_new_session=True)
+            adopting.roots.add(p.pid)
+            _roots_in_flight.add(p.pid)
+        procs.append((rank, p))
+
+
+def _after_failure(stream: _Stream, procs: Procs, launch_id: str, result: LaunchResult, *, hang: bool,
+                   start: float, timeout: float, idle_timeout: float | None, echo: bool) -> LaunchResult:
+    """Stop a launch that failed or hung: result when every rank had said done, else raise its LaunchError."""
+    hung = _live_ranks(launch_id) if hang else []
+    # Where each live rank is, before anything stops it (stream.ask_for_stacks); then stop what
+    # still runs: the pipes close when every process has ended (the bound is for one that
+    # ignores SIGTERM: torchrun passes its workers' output on only while it shuts down, slowly on
+    # a loaded machine). A rank stopped before it was asked (by torchrun, a peer having failed)
+    # dumped its stacks as it stopped.
+    stream.ask_for_stacks(launch_id)
+    _signal_launch(launch_id, signal.SIGTERM)
+    stream.pump(procs, time.monotonic() + 20.0, stop_on_failure=False)
+    stream.read_stacks()
+    if stream.complete():
+        result.notes.append(stream.teardown_note(procs))
+        if echo:
+            print(f"[launch] note: {result.notes[-1]}", flush=True)
+        return result
+    result.seconds = time.monotonic() - start
+    result.exit_codes, result.stacks = stream.exit_codes(procs), stream.stacks
+    error = (stream.hang_error(timeout, hung, idle=idle_timeout if stream.idle else None)
+             if hang else stream.failure_error(procs))
+    error.result = result
+    raise error
+
+
 def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeout: float,
                   idle_timeout: float | None = None, env: Mapping[str, str] | None = None,
                   cwd: str | os.PathLike[str] | None = None, echo: bool = True,
@@ -238,28 +295,13 @@ def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeou
     """
     if idle_timeout is not None and not idle_timeout > 0:
         raise ValueError(f"idle_timeout={idle_timeout!r}: give a number of seconds above 0, or None")
-    plan, placed = placement_env(nprocs, visible_gpus({**os.environ, **(env or {})}), devices)
-    launch_id = uuid.uuid4().hex
-    protocol = tempfile.mkdtemp(prefix="dpc-launch-")  # the workers' protocol lines (helpers.worker)
-    base_env = {**quiet_env(nprocs), **os.environ, **placed, **(env or {}), MARKER: launch_id,
-                "PYTHONUNBUFFERED": "1", PROTOCOL_DIR: protocol}
-    where = f"{nprocs} rank(s): {plan.backend} on {plan.device_type} ({plan.why})"
-    if echo and plan.why != "no GPU" and where not in _said:
-        _said.add(where)
-        print(f"[launch] {where}", flush=True)
-    procs: list[tuple[int | None, subprocess.Popen[bytes]]] = []
+    launch_id, protocol, base_env = _ranks_env(nprocs, env, devices, echo)
+    procs: Procs = []
     stream = _Stream(kind, nprocs, echo, Path(protocol))
     start = time.monotonic()
     adopting = _Adopter()
     try:
-        for rank, argv, extra in commands:
-            with _adopt_lock:  # started and registered before another launch looks for its strays
-                p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env={**base_env, **extra}, cwd=cwd,
-                                     start_new_session=True)
-                adopting.roots.add(p.pid)
-                _roots_in_flight.add(p.pid)
-            procs.append((rank, p))
+        _start_commands(commands, base_env, cwd, adopting, procs)
         if stop_on_failure is None:
             stop_on_failure = kind == "tf"
         failed = stream.pump(procs, start + timeout, stop_on_failure, idle=idle_timeout)
@@ -268,27 +310,8 @@ def run_processes(commands: Sequence[Command], kind: str, nprocs: int, *, timeou
                               commands=[argv for _, argv, _ in commands])
         if failed is False:
             return result
-        hung = _live_ranks(launch_id) if failed is None else []
-        # Where each live rank is, before anything stops it (stream.ask_for_stacks); then stop what
-        # still runs: the pipes close when every process has ended (the bound is for one that
-        # ignores SIGTERM: torchrun passes its workers' output on only while it shuts down, slowly on
-        # a loaded machine). A rank stopped before it was asked (by torchrun, a peer having failed)
-        # dumped its stacks as it stopped.
-        stream.ask_for_stacks(launch_id)
-        _signal_launch(launch_id, signal.SIGTERM)
-        stream.pump(procs, time.monotonic() + 20.0, stop_on_failure=False)
-        stream.read_stacks()
-        if stream.complete():
-            result.notes.append(stream.teardown_note(procs))
-            if echo:
-                print(f"[launch] note: {result.notes[-1]}", flush=True)
-            return result
-        result.seconds = time.monotonic() - start
-        result.exit_codes, result.stacks = stream.exit_codes(procs), stream.stacks
-        error = (stream.hang_error(timeout, hung, idle=idle_timeout if stream.idle else None)
-                 if failed is None else stream.failure_error(procs))
-        error.result = result
-        raise error
+        return _after_failure(stream, procs, launch_id, result, hang=failed is None, start=start,
+                              timeout=timeout, idle_timeout=idle_timeout, echo=echo)
     finally:
         kill_launch(launch_id, [p for _, p in procs])
         adopting.stop_strays()

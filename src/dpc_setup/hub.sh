@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What `make classroom-test` (src/dpc_maintainer/classroom.py) needs beyond the course, installed only
+# What `make classroom-test` (src/dpc_maintainer/classroom/) needs beyond the course, installed only
 # when missing, under a cache folder (default ~/.cache/dp-course/hub; DPC_HUB_CACHE=dir for another):
 #   chromium                      Debian's browser, which Playwright drives as the students (apt, as root)
 #   configurable-http-proxy 5.3.0 JupyterHub's proxy (npm install --prefix <cache>/npm; nothing global)

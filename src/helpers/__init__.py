@@ -5,6 +5,22 @@ SyncBN (chapter 7), several machines (chapter 8), elastic restarts (chapter 10),
 calm enough to time a comparison (chapters 8, 11). The plumbing a chapter calls (launching workers, quiet
 output) lives in the runtime, `dpc_runtime`, and is re-exported here so that a notebook only ever writes
 `import helpers`.
+
+Its files, in the order the chapters use them:
+- devices.py: the devices this machine has, and N of them anyway (chapter 0);
+- timing.py: timers, throughput, speed-up tables, whether the machine is calm enough (chapters 0-2, 5, 6, 8, 11);
+- data.py: small datasets that need no network, and the real loaders (chapters 1-2);
+- tfmodels.py: the TensorFlow models and input pipelines of chapters 1-2;
+- profiling.py: a profiler's timeline read as named ranges and busy windows (chapter 1);
+- towers.py: manual towers on devices of different speed (chapter 4);
+- ring.py: the ring all-reduce from scratch, its cost model and measurement (chapter 5);
+- link.py: a network you can dial, for chapter 5's model and chapter 11's buckets;
+- worker.py: a worker script's start, report and finish (dpc_runtime.worker, re-exported);
+- ddp.py: the small pieces of a DDP training script (chapter 7);
+- syncbn.py: synchronised batch norm that runs on CPU too (chapter 7);
+- multinode.py: several nodes on one machine, and SLURM's variables (chapter 8);
+- elastic.py: torchrun with restarts, its output kept (chapter 10);
+- grading.py: what the labs' test cells call to be judged (dpc_runtime.judge, re-exported).
 """
 from __future__ import annotations
 

@@ -164,44 +164,58 @@ def check_against_full_batch(sizes: list[int], *, seed: int = 0, steps: int = 2,
     cuda = torch.cuda.is_available() and dist.is_initialized() and dist.get_backend() == "nccl"
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     channels, spatial = 3, [4] * (dims - 2)
-    bn_cls = {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}[dims]
-    ref = bn_cls(channels).to(device)
     gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        ref.weight.copy_(torch.rand(channels, generator=gen) + 0.5)
-        ref.bias.copy_(torch.randn(channels, generator=gen))
+    ref = _reference_bn(dims, channels, gen).to(device)
     sync = convert_sync_batchnorm(nn.Sequential(_copy_bn(ref)), use_torch=cuda).to(device)
     lo, hi = sum(sizes[:rank]), sum(sizes[:rank + 1])
     worst: dict[str, float] = {}
-
-    def note(name: str, a: torch.Tensor | None, b: torch.Tensor | None) -> None:
-        assert a is not None and b is not None, f"{name}: nothing to compare"
-        worst[name] = max(worst.get(name, 0.0), (a - b).abs().max().item())
-
     for _ in range(steps):
         x = (torch.randn(sum(sizes), channels, *spatial, generator=gen) * 3 + 1).to(device)
         g = torch.randn(x.shape, generator=gen).to(device)  # loss = sum(y * g): any dy works
-        xf = x.clone().requires_grad_(True)
-        ref.zero_grad()
-        yf = ref(xf)
-        (yf * g).sum().backward()
-        xr = x[lo:hi].clone().requires_grad_(True)
-        sync.zero_grad()
-        yr = sync(xr)
-        (yr * g[lo:hi]).sum().backward()
-        bn = cast(nn.modules.batchnorm._BatchNorm, cast(nn.Sequential, sync)[0])
-        assert bn.weight.grad is not None and bn.bias.grad is not None, "a training step gives both"
-        gw, gb = bn.weight.grad.clone(), bn.bias.grad.clone()
-        if world > 1:  # each rank holds its share of the parameter gradients: add them up
-            dist.all_reduce(gw)
-            dist.all_reduce(gb)
-        note("output", yr, yf[lo:hi])
-        note("grad_input", xr.grad, None if xf.grad is None else xf.grad[lo:hi])
-        note("grad_weight", gw, ref.weight.grad)
-        note("grad_bias", gb, ref.bias.grad)
-        note("running_mean", bn.running_mean, ref.running_mean)
-        note("running_var", bn.running_var, ref.running_var)
+        for name, diff in _step_differences(ref, sync, x, g, slice(lo, hi), world).items():
+            worst[name] = max(worst.get(name, 0.0), diff)
     return worst
+
+
+def _reference_bn(dims: int, channels: int, gen: torch.Generator) -> nn.modules.batchnorm._BatchNorm:
+    """Plain BN for inputs of `dims` dimensions, with random weight and bias drawn from gen (chapter 7)."""
+    bn_cls = {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}[dims]
+    ref = bn_cls(channels)
+    with torch.no_grad():
+        ref.weight.copy_(torch.rand(channels, generator=gen) + 0.5)
+        ref.bias.copy_(torch.randn(channels, generator=gen))
+    return ref
+
+
+def _step_differences(ref: nn.Module, sync: nn.Module, x: torch.Tensor, g: torch.Tensor, mine: slice,
+                      world: int) -> dict[str, float]:
+    """One training step of ref on batch x and of sync on this rank's slice: max |difference| of each (chapter 7)."""
+    xf = x.clone().requires_grad_(True)
+    ref.zero_grad()
+    yf = ref(xf)
+    (yf * g).sum().backward()
+    xr = x[mine].clone().requires_grad_(True)
+    sync.zero_grad()
+    yr = sync(xr)
+    (yr * g[mine]).sum().backward()
+    bn = cast(nn.modules.batchnorm._BatchNorm, cast(nn.Sequential, sync)[0])
+    ref_bn = cast(nn.modules.batchnorm._BatchNorm, ref)
+    assert bn.weight.grad is not None and bn.bias.grad is not None, "a training step gives both"
+    gw, gb = bn.weight.grad.clone(), bn.bias.grad.clone()
+    if world > 1:  # each rank holds its share of the parameter gradients: add them up
+        dist.all_reduce(gw)
+        dist.all_reduce(gb)
+    pairs = {"output": (yr, yf[mine]), "grad_input": (xr.grad, None if xf.grad is None else xf.grad[mine]),
+             "grad_weight": (gw, ref_bn.weight.grad), "grad_bias": (gb, ref_bn.bias.grad),
+             "running_mean": (bn.running_mean, ref_bn.running_mean),
+             "running_var": (bn.running_var, ref_bn.running_var)}
+    return {name: _max_difference(name, a, b) for name, (a, b) in pairs.items()}
+
+
+def _max_difference(name: str, a: torch.Tensor | None, b: torch.Tensor | None) -> float:
+    """max |a - b| of two tensors that must both be there (chapter 7)."""
+    assert a is not None and b is not None, f"{name}: nothing to compare"
+    return (a - b).abs().max().item()
 
 
 def _copy_bn(bn: nn.modules.batchnorm._BatchNorm) -> nn.modules.batchnorm._BatchNorm:
