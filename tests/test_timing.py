@@ -553,3 +553,34 @@ def test_sweep_verdict_on_a_busy_machine_judges_nothing():
     busy = MachineCheck(cores=2, cpus=2, load=6.0, running=4.0, others=3.5, steal=0.0, calibration=2.5, need=2)
     line = sweep_verdict(*_curve(100, 110, 120, 125, 130, 135), 4.0, busy, "the sweep", "CAPS_MB=[0.5, 2, 8]")
     assert line == "not judged: the machine was too busy for the sweep (the machine line says why)"
+
+
+# --- compare_verdict: one timed comparison judged (chapters 1, 2, 5, 6, 8) ----------------------------------
+
+
+def test_compare_verdict_says_which_of_three_things_the_numbers_show():
+    from helpers.timing import compare_verdict
+
+    def say(slow, fast):
+        return compare_verdict(slow, fast, CALM, claim="the pipeline is faster", what="the pipelines",
+                               more="raise REPEATS", cause="a core busy elsewhere")
+
+    # medians 2.0 and 1.0, bands (interquartile ranges) 0.1 and 0.05: a gap of 1.0 is beyond them
+    assert say([1.9, 2.0, 2.1], [0.95, 1.0, 1.05]) == (
+        "the lesson shows: the pipeline is faster (2.00x, beyond the repeats' spread)")
+    # medians 1.1 and 1.0, bands 0.1 and 0.05: a gap of 0.1 is within them
+    assert say([1.0, 1.1, 1.2], [0.95, 1.0, 1.05]) == (
+        "cannot tell: the difference (1.10x) is within the repeats' spread; raise REPEATS")
+    assert say([0.95, 1.0, 1.05], [1.9, 2.0, 2.1]) == (
+        "the other way, on a calm machine (0.50x, beyond the repeats' spread): not what the text says (the "
+        "pipeline is faster); likely cause: a core busy elsewhere")
+    assert say([2.0], [1.0]).startswith("the lesson shows")  # one repeat each: no band, the gap decides
+
+
+def test_compare_verdict_on_a_busy_machine_judges_nothing():
+    from helpers.timing import compare_verdict
+
+    busy = MachineCheck(cores=2, cpus=2, load=6.0, running=4.0, others=3.5, steal=0.0, calibration=2.5, need=2)
+    line = compare_verdict([0.95, 1.0, 1.05], [1.9, 2.0, 2.1], busy, claim="x", what="the pipelines",
+                           more="m", cause="c")
+    assert line == "not judged: the machine was too busy for the pipelines (the machine line says why)"

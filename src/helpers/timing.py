@@ -500,3 +500,24 @@ def sweep_verdict(medians: Mapping[float, float], spreads: Mapping[float, float]
     return (f"the other way, on a calm machine: the measured best ({shown}) is more than one step from the "
             f"model's {predicted_best:g}, beyond the spread; likely cause: per-bucket costs the model does not "
             f"count (the hook, its thread, the copies), which move the best towards bigger buckets")
+
+
+def compare_verdict(slow: Sequence[float], fast: Sequence[float], check: MachineCheck, *, claim: str,
+                    what: str, more: str, cause: str) -> str:
+    """One line on a timed comparison whose lesson is that `fast` takes less time than `slow`, from this
+    run's repeats and machine (chapters 1, 2, 5, 6, 8): the lesson shows (the gap between the medians
+    is wider than their two noise bands, spread x median each, in the direction of the claim), the
+    numbers cannot tell (the gap is within the bands: say what to raise, `more`), or it came out the
+    other way on a calm machine (with the likely `cause`). On a busy machine (check) it judges nothing:
+    the machine line (check.line) says why and what to change."""
+    if not check.calm:
+        return f"not judged: the machine was too busy for {what} (the machine line says why)"
+    m_slow, m_fast = statistics.median(slow), statistics.median(fast)
+    noise = relative_spread(slow) * m_slow + relative_spread(fast) * m_fast
+    ratio = f"{m_slow / m_fast:.2f}x" if m_fast > 0 else "no time"
+    if m_slow - m_fast > noise:
+        return f"the lesson shows: {claim} ({ratio}, beyond the repeats' spread)"
+    if m_fast - m_slow > noise:
+        return (f"the other way, on a calm machine ({ratio}, beyond the repeats' spread): not what the text "
+                f"says ({claim}); likely cause: {cause}")
+    return f"cannot tell: the difference ({ratio}) is within the repeats' spread; {more}"
