@@ -144,7 +144,8 @@ def autograde(run: Run, scratch: Path, sid: str, notebooks: dict[str, dict], kep
         # can start the kernel's (host_proc).
         argv = sandbox.bwrap_argv(argv, writable=[scratch], env=env, cwd=scratch, host_proc=True)
         sandbox.hand_over(scratch)
-    return sandbox.run_limited(argv, scratch, env, run.notebook_timeout * scale, run.limits, watch=scratch)
+    return sandbox.run_limited(argv, scratch, env, run.notebook_timeout * scale, run.limits, watch=scratch,
+                               sample_cpu=True)  # failures.busy_timeout reads what the job ran and waited
 
 
 def grade_one(st: Student, run: Run) -> Student:
