@@ -504,8 +504,9 @@ def sweep_verdict(medians: Mapping[float, float], spreads: Mapping[float, float]
 
 def compare_verdict(slow: Sequence[float], fast: Sequence[float], check: MachineCheck, *, claim: str,
                     what: str, more: str, cause: str) -> str:
-    """One line on a timed comparison whose lesson is that `fast` takes less time than `slow`, from this
-    run's repeats and machine (chapters 1, 2, 5, 6, 8): the lesson shows (the gap between the medians
+    """One line judging a timed comparison on this run's repeats and machine (chapters 1, 2, 5, 6, 8).
+
+    Its lesson is that `fast` takes less time than `slow`: the lesson shows (the gap between the medians
     is wider than their two noise bands, spread x median each, in the direction of the claim), the
     numbers cannot tell (the gap is within the bands: say what to raise, `more`), or it came out the
     other way on a calm machine (with the likely `cause`). On a busy machine (check) it judges nothing:
