@@ -411,7 +411,6 @@ class _Stream:
         self.started: dict[int, dict[str, Any]] = {}
         self.done: dict[int, dict[str, Any]] = {}
         self.stacks: dict[int, list[list[Frame]]] = {}
-        self._asked = False  # ask_for_stacks has run
         self._dumped: set[int] = set()  # ranks whose stacks came from their dump file
         self._in_dump: set[int] = set()
         self.quiet = False
@@ -496,7 +495,6 @@ class _Stream:
             sizes = now
             time.sleep(0.1)
         self.read_stacks()
-        self._asked = True
 
     def read_stacks(self) -> None:
         """Take each rank's stack dump from the file its faulthandler wrote (helpers.worker.start),
@@ -516,7 +514,7 @@ class _Stream:
             if stat.st_size and (rank not in newest or mtime > newest[rank][0]):
                 newest[rank] = (mtime, path)  # a restarted rank: its latest process
         for rank, (_, path) in newest.items():
-            if self._asked and rank in self._dumped:
+            if rank in self._dumped:
                 continue
             threads = parse_dump(path.read_text(errors="replace").splitlines())
             if threads:
