@@ -584,3 +584,48 @@ def test_compare_verdict_on_a_busy_machine_judges_nothing():
     line = compare_verdict([0.95, 1.0, 1.05], [1.9, 2.0, 2.1], busy, claim="x", what="the pipelines",
                            more="m", cause="c")
     assert line == "not judged: the machine was too busy for the pipelines (the machine line says why)"
+
+
+def test_a_wide_spread_alone_is_judged_on_the_numbers_not_called_a_busy_machine():
+    from helpers.timing import compare_verdict, sweep_verdict
+
+    noisy = CALM.with_spread(0.45)  # nobody else wanted the cores: only this run's repeats varied
+    assert noisy.reasons == ("the repeats spread 45% around their median",) and noisy.machine_reasons == ()
+    line = compare_verdict([1.0, 1.5, 2.0], [0.8, 1.2, 1.6], noisy, claim="x", what="the pipelines",
+                           more="raise REPEATS", cause="c")
+    assert line == "cannot tell: the difference (1.25x) is within the repeats' spread; raise REPEATS"
+    assert compare_verdict([2.9, 3.0, 3.1], [1.0, 1.4, 1.5], noisy, claim="x", what="w", more="m",
+                           cause="c").startswith("the lesson shows")  # a gap beyond even wide bands
+    assert sweep_verdict(*_curve(104, 100, 103, 101, 102, 103, spread=0.3), 1.0, noisy, "the sweep",
+                         "STEPS=10").startswith("cannot tell")
+
+
+def test_model_verdict_says_which_of_three_things_the_numbers_show():
+    from helpers.timing import model_verdict
+
+    def say(measured, spread, predicted, check=CALM):
+        return model_verdict(measured, spread, predicted, check, what="the prediction", more="a larger STEPS",
+                             above="costs the model leaves out", below="slower compute-only steps")
+
+    assert say(0.040, 0.10, 0.037) == ("the lesson shows: the prediction lies within the steps' spread of the "
+                                       "measurement (measured / predicted 1.08)")
+    assert say(0.042, 0.26, 0.0366) == ("cannot tell: the prediction lies within the steps' spread (measured / "
+                                        "predicted 1.15), but the steps spread 26%, so one far off would too; "
+                                        "a larger STEPS")
+    assert say(0.050, 0.05, 0.037) == ("the prediction missed, on a calm machine (measured / predicted 1.35, beyond "
+                                       "the steps' spread of 5%); likely cause: costs the model leaves out")
+    assert say(0.030, 0.05, 0.037).endswith("likely cause: slower compute-only steps")
+    busy = MachineCheck(cores=2, cpus=2, load=6.0, running=4.0, others=3.5, steal=0.0, calibration=2.5, need=2)
+    assert say(0.050, 0.05, 0.037, busy) == (
+        "not judged: the machine was too busy for the prediction (the machine line says why)")
+
+
+def test_gap_verdict_on_medians_and_spreads_is_compare_verdicts_rule():
+    from helpers.timing import compare_verdict, gap_verdict, relative_spread
+
+    slow, fast = [1.9, 2.0, 2.1], [0.95, 1.0, 1.05]
+    kw = dict(claim="overlap hides communication", what="the overlap comparison", more="m", cause="c")
+    assert gap_verdict(2.0, relative_spread(slow), 1.0, relative_spread(fast), CALM, **kw) == \
+        compare_verdict(slow, fast, CALM, **kw)
+    assert gap_verdict(1.05, 0.04, 1.0, 0.02, CALM, **kw).startswith("cannot tell")  # 0.05 < 0.042 + 0.02
+    assert gap_verdict(1.0, 0.01, 1.1, 0.01, CALM, **kw).startswith("the other way, on a calm machine (0.91x")

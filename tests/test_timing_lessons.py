@@ -26,6 +26,7 @@ from helpers.timing import LOAD_LIMIT
 ROOT = Path(__file__).resolve().parents[1]
 CH5, CH8, CH11 = "course/05-ring-allreduce.ipynb", "course/08-scaling-up.ipynb", "course/11-inside-ddp.ipynb"
 LINE = re.compile(r"^machine: .*?: (calm enough|too busy) for (the [\w\s-]+?)(?: \((.*?)\); rerun|$)", re.M)
+RESULT = re.compile(r"^result: (the lesson shows|cannot tell|the other way|not judged)", re.M)  # helpers.timing's verdicts
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -116,11 +117,13 @@ def judge_ch8(text: str) -> dict[str, bool]:
     return {"the speed-up comparison": ok}
 
 
-def lessons(folder: Path) -> dict[str, tuple[bool, str, str]]:
-    """Run the chapters' timing sections; {what: (agrees, verdict, why)}, each conclusion checked."""
-    found = {}
+def lessons(folder: Path) -> tuple[dict[str, tuple[bool, str, str]], list[str]]:
+    """Run the chapters' timing sections; ({what: (agrees, verdict, why)}, each conclusion checked; the
+    outcome of every result line they printed, helpers.timing's verdicts on the numbers)."""
+    found, results = {}, []
     for rel, judge in ((CH5, judge_ch5), (CH11, judge_ch11), (CH8, judge_ch8)):
         text = run(rel, folder / rel.split("/")[1][:2])
+        results += RESULT.findall(text)
         said = verdicts(text)
         for what, agrees in judge(text).items():
             assert what in said, f"{rel}: no machine line for {what}:\n{text}"
@@ -128,7 +131,8 @@ def lessons(folder: Path) -> dict[str, tuple[bool, str, str]]:
                 f"{rel}: the printed conclusion of {what} contradicts the prose, and the machine line says "
                 f"{said[what]!r}:\n{text}")
             found[what] = (agrees, said[what], reasons(text)[what])
-    return found
+    assert len(results) >= 4, f"the chapters no longer print their result lines as this test reads them: {results}"
+    return found, results
 
 
 @pytest.fixture
@@ -156,7 +160,7 @@ def test_idle_machine_can_be_calm(tmp_path):
     first = MachineWatch(need=2).start().stop()
     if not first.calm:
         pytest.skip(f"the machine is busy before the run, so a calm verdict cannot be shown: {first.line('this test')}")
-    found = lessons(tmp_path)
+    found, results = lessons(tmp_path)
     # Chapter 5's all-reduces of a few milliseconds vary between samples on an idle 2-core cloud VM (the
     # same 2 MB gloo call took 0.9 to 9 ms in one launch: the host's scheduling): its watch may say so,
     # by the repeats' spread alone, never by the machine's figures.
@@ -170,16 +174,19 @@ def test_idle_machine_can_be_calm(tmp_path):
             pytest.skip(f"the machine got busy during the run ({', '.join(busy)} too busy): {after.line('this test')}")
     assert not busy, f"an idle machine should be calm enough for {busy}"
     assert all(agrees for what, (agrees, _, _) in found.items() if what not in noisy), found
+    assert set(results) <= {"the lesson shows", "cannot tell"}, results  # never reversed, never unjudged when calm
 
 
 def test_beside_two_cpu_hogs(tmp_path, hogs):
-    found = lessons(tmp_path)
+    found, results = lessons(tmp_path)
     if (2 + 1) / (os.cpu_count() or 1) > LOAD_LIMIT:  # the hogs and one rank already overfill this machine
         assert all(verdict == "too busy" for _, verdict, _ in found.values()), f"the watch missed the hogs: {found}"
+        assert set(results) == {"not judged"}, f"a result judged beside the hogs: {results}"
 
 
 def test_on_one_core(tmp_path, one_core):
-    found = lessons(tmp_path)
+    found, results = lessons(tmp_path)
+    assert "the other way" not in results, results  # one core for 2 ranks is never a calm machine
     # chapter 11 runs 2 ranks: on one core the watch must say so; chapter 8's bound is the core itself, and
     # chapter 5 compares methods at the same N on the same cores (it asks for no more cores than there are)
     assert found["the overlap comparison"][1] == "too busy"

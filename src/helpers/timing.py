@@ -373,6 +373,14 @@ class MachineCheck:
     @property
     def reasons(self) -> tuple[str, ...]:
         """Why the machine was too busy for a comparison; empty when it was calm."""
+        found = list(self.machine_reasons)
+        if self.spread is not None and self.spread > SPREAD_LIMIT:
+            found.append(f"the repeats spread {self.spread:.0%} around their median")
+        return tuple(found)
+
+    @property
+    def machine_reasons(self) -> tuple[str, ...]:
+        """The reasons that are the machine's (cores, other work, steal, the fixed loop), not the repeats' spread."""
         found = []
         if self.cores < self.need:
             found.append(f"{_cores(self.cores)} for {self.need:g} ranks")
@@ -383,8 +391,6 @@ class MachineCheck:
             found.append(f"the hypervisor stole {self.steal:.0%} of the CPU time")
         if self.calibration > CALIBRATION_LIMIT:
             found.append(f"a fixed loop ran {self.calibration:.1f}x slower than its best")
-        if self.spread is not None and self.spread > SPREAD_LIMIT:
-            found.append(f"the repeats spread {self.spread:.0%} around their median")
         return tuple(found)
 
     @property
@@ -477,9 +483,9 @@ def sweep_verdict(medians: Mapping[float, float], spreads: Mapping[float, float]
     shows (both ends lie above the measured best by more than the spread, and the best, as far as the
     spread can tell, includes the model's best point or a neighbour of it), the numbers cannot tell (an
     end ties with the best: no minimum between the ends is shown), or it came out the other way on a
-    calm machine. On a busy machine (check) it judges nothing: the machine line (check.line) says why
-    and what to change."""
-    if not check.calm:
+    calm machine. On a busy machine (check.machine_reasons) it judges nothing: the machine line
+    (check.line) says why and what to change; a wide spread alone is judged here, cap by cap."""
+    if check.machine_reasons:
         return f"not judged: the machine was too busy for {what} (the machine line says why)"
     points = sorted(medians)
     tied = tied_with_best(medians, spreads)
@@ -504,21 +510,52 @@ def sweep_verdict(medians: Mapping[float, float], spreads: Mapping[float, float]
 
 def compare_verdict(slow: Sequence[float], fast: Sequence[float], check: MachineCheck, *, claim: str,
                     what: str, more: str, cause: str) -> str:
-    """One line judging a timed comparison on this run's repeats and machine (chapters 1, 2, 5, 6, 8).
+    """One line judging a timed comparison on this run's repeats and machine (chapters 1, 2, 5, 6, 7, 8; lab 1).
+
+    Its lesson is that `fast` takes less time than `slow`: gap_verdict on the repeats' medians and
+    relative spreads."""
+    return gap_verdict(statistics.median(slow), relative_spread(slow), statistics.median(fast), relative_spread(fast),
+                       check, claim=claim, what=what, more=more, cause=cause)
+
+
+def gap_verdict(slow: float, slow_spread: float, fast: float, fast_spread: float, check: MachineCheck, *,
+                claim: str, what: str, more: str, cause: str) -> str:
+    """One line judging a timed comparison from two medians and their relative spreads (chapter 11; lab 1).
 
     Its lesson is that `fast` takes less time than `slow`: the lesson shows (the gap between the medians
     is wider than their two noise bands, spread x median each, in the direction of the claim), the
     numbers cannot tell (the gap is within the bands: say what to raise, `more`), or it came out the
-    other way on a calm machine (with the likely `cause`). On a busy machine (check) it judges nothing:
-    the machine line (check.line) says why and what to change."""
-    if not check.calm:
+    other way on a calm machine (with the likely `cause`). On a busy machine (check.machine_reasons) it
+    judges nothing: the machine line (check.line) says why and what to change; a wide spread of the
+    repeats alone is judged here (it widens the bands)."""
+    if check.machine_reasons:
         return f"not judged: the machine was too busy for {what} (the machine line says why)"
-    m_slow, m_fast = statistics.median(slow), statistics.median(fast)
-    noise = relative_spread(slow) * m_slow + relative_spread(fast) * m_fast
-    ratio = f"{m_slow / m_fast:.2f}x" if m_fast > 0 else "no time"
-    if m_slow - m_fast > noise:
+    noise = slow_spread * slow + fast_spread * fast
+    ratio = f"{slow / fast:.2f}x" if fast > 0 else "no time"
+    if slow - fast > noise:
         return f"the lesson shows: {claim} ({ratio}, beyond the repeats' spread)"
-    if m_fast - m_slow > noise:
+    if fast - slow > noise:
         return (f"the other way, on a calm machine ({ratio}, beyond the repeats' spread): not what the text "
                 f"says ({claim}); likely cause: {cause}")
     return f"cannot tell: the difference ({ratio}) is within the repeats' spread; {more}"
+
+def model_verdict(measured: float, spread: float, predicted: float, check: MachineCheck, *, what: str, more: str,
+                  above: str, below: str) -> str:
+    """One line judging a measured time against a model's prediction for it (lab 11; chapter 11's model).
+
+    measured: the median of the repeats; spread: their relative spread. The lesson shows (the
+    prediction lies within the measurement's noise band, spread x median, and that band is narrow), the
+    numbers cannot tell (the band is wider than SPREAD_LIMIT: a prediction well off would lie in it
+    too; `more`), or the prediction missed on a calm machine (beyond the band; the likely cause,
+    `above` or `below` as the measurement lies). On a busy machine it judges nothing."""
+    if check.machine_reasons:
+        return f"not judged: the machine was too busy for {what} (the machine line says why)"
+    ratio = f"measured / predicted {measured / predicted:.2f}" if predicted > 0 else "no prediction"
+    if abs(measured - predicted) <= spread * measured:
+        if spread > SPREAD_LIMIT:
+            return (f"cannot tell: the prediction lies within the steps' spread ({ratio}), but the steps spread "
+                    f"{spread:.0%}, so one far off would too; {more}")
+        return f"the lesson shows: the prediction lies within the steps' spread of the measurement ({ratio})"
+    cause = above if measured > predicted else below
+    return (f"the prediction missed, on a calm machine ({ratio}, beyond the steps' spread of {spread:.0%}); "
+            f"likely cause: {cause}")
