@@ -520,7 +520,7 @@ def compare_verdict(slow: Sequence[float], fast: Sequence[float], check: Machine
 
 def gap_verdict(slow: float, slow_spread: float, fast: float, fast_spread: float, check: MachineCheck, *,
                 claim: str, what: str, more: str, cause: str) -> str:
-    """One line judging a timed comparison from two medians and their relative spreads (chapter 11; lab 1).
+    """One line judging a timed comparison from two medians and their relative spreads (chapter 11; compare_verdict's rule).
 
     Its lesson is that `fast` takes less time than `slow`: the lesson shows (the gap between the medians
     is wider than their two noise bands, spread x median each, in the direction of the claim), the
@@ -538,6 +538,7 @@ def gap_verdict(slow: float, slow_spread: float, fast: float, fast_spread: float
         return (f"the other way, on a calm machine ({ratio}, beyond the repeats' spread): not what the text "
                 f"says ({claim}); likely cause: {cause}")
     return f"cannot tell: the difference ({ratio}) is within the repeats' spread; {more}"
+
 
 def model_verdict(measured: float, spread: float, predicted: float, check: MachineCheck, *, what: str, more: str,
                   above: str, below: str) -> str:
