@@ -466,6 +466,11 @@ class MachineWatch:
         self.stop()
 
 
+def _not_judged(what: str) -> str:
+    """The verdicts' line when the machine, not the numbers, decided: its line says why."""
+    return f"not judged: the machine was too busy for {what} (the machine line says why)"
+
+
 def tied_with_best(medians: Mapping[float, float], spreads: Mapping[float, float]) -> list[float]:
     """The points of a measured curve that this run cannot tell from its minimum (chapter 11).
 
@@ -486,7 +491,7 @@ def sweep_verdict(medians: Mapping[float, float], spreads: Mapping[float, float]
     calm machine. On a busy machine (check.machine_reasons) it judges nothing: the machine line
     (check.line) says why and what to change; a wide spread alone is judged here, cap by cap."""
     if check.machine_reasons:
-        return f"not judged: the machine was too busy for {what} (the machine line says why)"
+        return _not_judged(what)
     points = sorted(medians)
     tied = tied_with_best(medians, spreads)
     shown = ", ".join(f"{k:g}" for k in tied)
@@ -529,7 +534,7 @@ def gap_verdict(slow: float, slow_spread: float, fast: float, fast_spread: float
     judges nothing: the machine line (check.line) says why and what to change; a wide spread of the
     repeats alone is judged here (it widens the bands)."""
     if check.machine_reasons:
-        return f"not judged: the machine was too busy for {what} (the machine line says why)"
+        return _not_judged(what)
     noise = slow_spread * slow + fast_spread * fast
     ratio = f"{slow / fast:.2f}x" if fast > 0 else "no time"
     if slow - fast > noise:
@@ -550,7 +555,7 @@ def model_verdict(measured: float, spread: float, predicted: float, check: Machi
     too; `more`), or the prediction missed on a calm machine (beyond the band; the likely cause,
     `above` or `below` as the measurement lies). On a busy machine it judges nothing."""
     if check.machine_reasons:
-        return f"not judged: the machine was too busy for {what} (the machine line says why)"
+        return _not_judged(what)
     ratio = f"measured / predicted {measured / predicted:.2f}" if predicted > 0 else "no prediction"
     if abs(measured - predicted) <= spread * measured:
         if spread > SPREAD_LIMIT:
