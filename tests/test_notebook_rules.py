@@ -59,11 +59,12 @@ def test_has_a_parameters_cell(rel):
 
 @pytest.mark.parametrize("rel", NOTEBOOKS)
 def test_declares_what_it_needs(rel):
-    """The opening says what a run with the defaults needs: cores, memory, minutes idle and at a
-    class hub's share (both measured: dpc_maintainer.needs)."""
+    """The opening says what a run with the defaults needs: cores, memory, minutes idle, at a class hub's
+    share and on a busy node (all three measured: dpc_maintainer.needs)."""
     found = NEEDS.search(opening(rel))
     assert found, (f"{rel}: the opening (the markdown before the first code cell) must say what the "
-                   "notebook needs, on a line like " + repr(needs_line(2, "2", 180, 240, 1.5, "about 1 minute"))
+                   "notebook needs, on a line like "
+                   + repr(needs_line(2, "2", 180, 240, 1.5, "about 1 minute", 700, 8))
                    + " (python -m dpc_maintainer.needs writes it from measured runs)")
     assert int(found["idle"]) <= 5, f"{rel}: the defaults must run in at most 5 minutes on 2 cores"
 

@@ -3,7 +3,8 @@
     python -m dpc_maintainer.rhythm            # one line per chapter, then the targets
 
 Per notebook: lines per code cell outside `%%writefile` (median, p90, max), the longest worker script
-(`%%writefile` cell), words per markdown cell (median, max), the share of code cells that follow
+(`%%writefile` cell), words per markdown cell (median, max; the Needs line, a measured fact the site
+shows in the page's header, not counted), the share of code cells that follow
 another code cell with no sentence in between (a first-line comment counts as one), and the test machinery in what students read
 (`# NBVAL_CHECK_OUTPUT` markers, `record(...)` calls). tests/test_rhythm.py holds every chapter to
 its figures of today (they may shrink, never grow) and prints how far each is from the targets.
@@ -16,6 +17,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dpc_maintainer.needs import SOME_NEEDS
 from dpc_runtime.notebook import source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +58,7 @@ def measure(nb: dict) -> Rhythm:
     for cell in nb["cells"]:
         text = source(cell)
         if cell["cell_type"] == "markdown":
-            words.append(len(re.findall(r"\w+", text)))
+            words.append(len(re.findall(r"\w+", SOME_NEEDS.sub("", text))))
         elif cell["cell_type"] == "code":
             code_cells += 1
             first = text.lstrip().split("\n", 1)[0]

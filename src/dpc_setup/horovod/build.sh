@@ -13,6 +13,10 @@
 #                             compiles its torch extension with CUDA and needs the CUDA toolkit, which
 #                             a laptop without a GPU lacks. HOROVOD_TORCH_WITHOUT_CUDA=1 (set below
 #                             for a CPU build) builds the CPU (Gloo) extension against that torch.
+#   0005-release-build.patch  Release instead of RelWithDebInfo: the same -O3 without -g (the debug
+#                             information of the TensorFlow and PyTorch headers every file includes):
+#                             on 2 idle cores the build took 222 s instead of 292 s, the wheel 1.7 MB
+#                             instead of 32.8 MB (one build each, 2026-11-28).
 #
 # Usage: src/dpc_setup/horovod/build.sh PYTHON   -> prints the path of the cached wheel on its last line.
 # Cache: $DPC_CACHE (default ~/.cache/dp-course)/horovod/<key>/, where key changes with Python,
