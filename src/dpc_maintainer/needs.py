@@ -28,11 +28,13 @@ import asyncio
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from dpc_instructor.hub.cgroups import UserCgroup, join_cgroup_then
 
@@ -121,13 +123,9 @@ def write(out: Path, root: Path = ROOT) -> str:
         text = rewrite_needs("".join(cell["source"]), idle.get(rel), busy.get(rel),
                              share if rel in busy else None, loaded.get(rel), load if rel in loaded else None)
         cell["source"] = text.splitlines(keepends=True)
-
-        def fig(d: dict[str, float]) -> str:
-            return f"{d[rel]:.0f} s" if rel in d else "-"
-
-        def ratio(d: dict[str, float]) -> str:
-            return f"{d[rel] / idle[rel]:.2f}" if rel in d and rel in idle else "-"
-        rows.append(f"| {rel} | {fig(idle)} | {fig(busy)} | {fig(loaded)} | {ratio(busy)} | {ratio(loaded)} |")
+        figures = [f"{d[rel]:.0f} s" if rel in d else "-" for d in (idle, busy, loaded)]
+        ratios = [f"{d[rel] / idle[rel]:.2f}" if rel in d and rel in idle else "-" for d in (busy, loaded)]
+        rows.append("| " + " | ".join([rel, *figures, *ratios]) + " |")
     for path, nb in updated.items():
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     table = "\n".join(rows) + "\n"
@@ -153,6 +151,18 @@ def classmate() -> int:
 HOG = "while True: pass"
 
 
+def _timed(runner: list[str], conditions: dict[str, object], **popen: Any) -> int:
+    """Run the notebooks (the solutions runner); its wall seconds and the load after it go to conditions."""
+    start = time.monotonic()
+    code = subprocess.call(runner, cwd=ROOT, **popen)
+    conditions.update(seconds=round(time.monotonic() - start), load_after=os.getloadavg())
+    return code
+
+
+def _write_conditions(dest: Path, conditions: dict[str, object]) -> None:
+    (dest / "conditions.json").write_text(json.dumps(conditions, indent=2))
+
+
 def _busy_node(runner: list[str], dest: Path, conditions: dict[str, object], load: int) -> int:
     """Run the notebooks beside (load - cores) CPU hogs, sampling the 1-minute load; the runner's status."""
     hogs = max(0, load - int(conditions["cores"]))  # type: ignore[call-overload]
@@ -167,18 +177,15 @@ def _busy_node(runner: list[str], dest: Path, conditions: dict[str, object], loa
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        start = time.monotonic()
-        code = subprocess.call(runner, cwd=ROOT)
-        seconds = round(time.monotonic() - start)
+        code = _timed(runner, conditions)
     finally:
         stop.set()
         for proc in procs:
             proc.kill()
             proc.wait(timeout=60)
-    samples.sort()
-    conditions.update(load=load, hogs=hogs, hog_pids=[p.pid for p in procs], seconds=seconds, load_after=os.getloadavg(),
-                      load_median=samples[len(samples) // 2] if samples else None, load_samples=len(samples))
-    (dest / "conditions.json").write_text(json.dumps(conditions, indent=2))
+    conditions.update(load=load, hogs=hogs, hog_pids=[p.pid for p in procs], load_samples=len(samples),
+                      load_median=statistics.median(samples) if samples else None)
+    _write_conditions(dest, conditions)
     return code
 
 
@@ -192,10 +199,8 @@ def measure(mode: str, only: str, out: Path, cpu: float, load: int = 8) -> int:
 
     conditions: dict[str, object] = {"mode": mode, "cores": usable_cores(), "load_before": os.getloadavg()}
     if mode == "idle":
-        start = time.monotonic()
-        code = subprocess.call(runner, cwd=ROOT)
-        conditions.update(seconds=round(time.monotonic() - start), load_after=os.getloadavg())
-        (dest / "conditions.json").write_text(json.dumps(conditions, indent=2))
+        code = _timed(runner, conditions)
+        _write_conditions(dest, conditions)
         return code
     if mode == "busy-node":
         return _busy_node(runner, dest, conditions, load)
@@ -211,10 +216,8 @@ def measure(mode: str, only: str, out: Path, cpu: float, load: int = 8) -> int:
         neighbour = subprocess.Popen([sys.executable, "-m", "dpc_maintainer.needs", "classmate"], cwd=ROOT,
                                      stdout=log, stderr=subprocess.STDOUT,
                                      preexec_fn=join_cgroup_then(mate.join_files(), lambda: None))
-        start = time.monotonic()
-        code = subprocess.call(runner, cwd=ROOT, preexec_fn=join_cgroup_then(student.join_files(), lambda: None))
-        conditions.update(cpu=cpu, classmate_cpu=rest, seconds=round(time.monotonic() - start),
-                          load_after=os.getloadavg())
+        code = _timed(runner, conditions, preexec_fn=join_cgroup_then(student.join_files(), lambda: None))
+        conditions.update(cpu=cpu, classmate_cpu=rest)
         neighbour.terminate()
         neighbour.wait(timeout=60)
     finally:
@@ -225,7 +228,7 @@ def measure(mode: str, only: str, out: Path, cpu: float, load: int = 8) -> int:
         log.close()
     launches = len(re.findall(r"^classmate: launch \d+ done$", (dest / "classmate.log").read_text(), re.M))
     conditions["classmate_launches"] = launches
-    (dest / "conditions.json").write_text(json.dumps(conditions, indent=2))
+    _write_conditions(dest, conditions)
     if not launches:
         print("the classmate's launch never finished once: the run had no classmate beside it", file=sys.stderr)
         return 1
