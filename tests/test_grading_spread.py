@@ -1,8 +1,8 @@
 """Grading spread over SLURM (src/dpc_instructor/spread.py, `grade --slurm`) on the course's real
 two-node test cluster (src/dpc_setup/cluster.py), as an instructor would run it.
 
-Six of lab 4's grading submissions (tests/test_grading_04_manual_towers.py: a correct one written
-differently, four typical mistakes, one that fights the tests) are graded over the cluster with the
+Four of lab 4's grading submissions (tests/test_grading_04_manual_towers.py: a correct one written
+differently, two typical mistakes, one that fights the tests; the other three are graded locally only) are graded over the cluster with the
 seed of lab 4's own test, which grades the same submissions on this machine. Mid-way through the cluster run, node2 is taken down
 (`scontrol update ... state=down`, as an administrator or a failure does) while it grades a student:
 that command ends with exit 1 naming the students it could not grade; the node comes back; the same
@@ -35,8 +35,8 @@ if WHY:
 # Lab 4's seed (its reference is run once for the suite: tests/conftest.py's DPC_REFERENCES).
 SEED = str(lab4.grading_seed())
 LIMITS = ("--cell-timeout", "60", "--notebook-timeout", "400", "--parameters", "ci", "--seed", SEED)
-STUDENTS = {"correct": lab4.CORRECT, "transplanted": lab4.TRANSPLANTED, "summing": lab4.SUMMING,
-            "unweighted": lab4.UNWEIGHTED, "own-variables": lab4.OWN_VARIABLES, "tamper": lab4.TAMPERING}
+STUDENTS = {"correct": lab4.CORRECT, "summing": lab4.SUMMING, "own-variables": lab4.OWN_VARIABLES,
+            "tamper": lab4.TAMPERING}
 
 
 def rows(path: Path) -> dict[str, dict[str, str]]:
