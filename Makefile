@@ -21,7 +21,7 @@ help:
 	@echo "make lab    set up (first time only) and open JupyterLab on the course's start page"
 	@echo "make setup  install what is missing: .venv (pinned packages; a CPU build of torch where there is"
 	@echo "            no GPU), the course's packages, Horovod"
-	@echo "make horovod   build Horovod (chapter 6, lab 6, chapter 8's horovodrun; about 6 minutes, once):"
+	@echo "make horovod   build Horovod (chapter 6, lab 6, chapter 8's horovodrun; about 4 minutes, once):"
 	@echo "            make lab leaves it for then"
 	@echo "make test   set up, run the gates (make lint), then every test: helpers, notebooks, labs, grading"
 	@echo "make lint   the gates alone: ruff (code and notebooks) and mypy (the packages in src/)"
@@ -77,7 +77,7 @@ test: setup lint
 	  --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs --durations=25 \
 	  -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
-# Horovod, built from source with the course's patches (about 6 minutes on 2 cores, once per machine):
+# Horovod, built from source with the course's patches (about 4 minutes on 2 cores, once per machine):
 # `make setup` and every other target build it too; `make lab` leaves it for chapter 6.
 horovod:
 	@DPC_HOROVOD=1 bash src/dpc_setup/setup.sh
