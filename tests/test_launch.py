@@ -132,6 +132,19 @@ def test_torchrun_ok(tmp_path, capsys):
     assert_no_orphans(tmp_path)
 
 
+def test_torchrun_leaves_no_log_folder_behind(tmp_path):
+    """torchrun keeps a copy of each rank's output (--tee) under a log folder; without --log-dir it
+    makes one in the temp folder (torchelastic_*) and never removes it: on a class hub, one per
+    launch per student. The launch gives torchrun its own (PET_LOG_DIR) and removes it."""
+    temp, pids = tmp_path / "tmp", tmp_path / "pids"
+    temp.mkdir()
+    pids.mkdir()
+    helpers.launch(RANKS, 2, args=["ok"], env={"DPC_TEST_PIDDIR": str(pids), "TMPDIR": str(temp)},
+                   echo=False)
+    assert list(temp.iterdir()) == []
+    assert_no_orphans(pids)
+
+
 @pytest.mark.timeout(180)
 def test_torchrun_crash_names_the_rank(tmp_path):
     with pytest.raises(LaunchError) as info:

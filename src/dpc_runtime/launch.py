@@ -234,8 +234,10 @@ def _ranks_env(nprocs: int, env: Mapping[str, str] | None, devices: str,
     plan, placed = placement_env(nprocs, visible_gpus({**os.environ, **(env or {})}), devices)
     launch_id = uuid.uuid4().hex
     protocol = tempfile.mkdtemp(prefix="dpc-launch-")  # the workers' protocol lines (helpers.worker)
-    base_env = {**quiet_env(nprocs), **os.environ, **placed, **(env or {}), MARKER: launch_id,
-                "PYTHONUNBUFFERED": "1", PROTOCOL_DIR: protocol}
+    # torchrun's copies of the ranks' output (--tee) go there too, removed with it, not to a
+    # torchelastic_* folder of its own in /tmp that nothing removes (PET_LOG_DIR is its --log-dir)
+    base_env = {**quiet_env(nprocs), "PET_LOG_DIR": str(Path(protocol) / "torchrun"), **os.environ, **placed,
+                **(env or {}), MARKER: launch_id, "PYTHONUNBUFFERED": "1", PROTOCOL_DIR: protocol}
     where = f"{nprocs} rank(s): {plan.backend} on {plan.device_type} ({plan.why})"
     if echo and plan.why != "no GPU" and where not in _said:
         _said.add(where)
