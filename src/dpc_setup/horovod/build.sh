@@ -73,7 +73,7 @@ if [ -n "$WHEEL" ]; then
   exit 0
 fi
 
-say "Building Horovod $VERSION for $KEY (about 4 minutes on 2 cores; once per machine; log: $LOG)"
+say "Building Horovod $VERSION for $KEY (about 6 minutes on 2 cores; once per machine; log: $LOG)"
 WORK=$(mktemp -d)
 BUILD=
 # On any exit (a Ctrl-C too) the compile stops with the script: the build runs in a group of its own.
