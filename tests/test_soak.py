@@ -3,6 +3,7 @@ and one real (small) soak on a loaded machine."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,10 +38,13 @@ def test_summary_counts_failures_by_kind():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_small_soak_under_a_cpu_hog(tmp_path):
-    out = tmp_path / "soak.json"
+    """Every launch passes beside the hog, and the soak leaves nothing in the temporary folder."""
+    out, temp = tmp_path / "soak.json", tmp_path / "tmp"
+    temp.mkdir()
     done = subprocess.run([sys.executable, "-m", "dpc_maintainer.soak", "--only", "ch5 ring check",
                            "--rounds", "1", "--burst", "2", "--hog", "2", "--json", str(out)],
-                          capture_output=True, text=True, timeout=580)
+                          capture_output=True, text=True, timeout=580, env={**os.environ, "TMPDIR": str(temp)})
+    assert list(temp.iterdir()) == [], "the soak's folder (dpc-soak-*) is removed at its end"
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.rstrip().splitlines()[-1] == "soak: 5 launches, 0 failed"  # 3 (weight 3) + 2
     data = json.loads(out.read_text())

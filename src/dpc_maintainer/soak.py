@@ -24,6 +24,7 @@ import argparse
 import json
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -299,7 +300,15 @@ def write_json(a: argparse.Namespace, lines: list[str], outcomes: list[Outcome])
 def main(argv: list[str] | None = None) -> int:
     """Command line: every kind of launch again and again under a CPU hog; exit 1 if any failed."""
     a = parse_args(argv)
-    scratch = Path(tempfile.mkdtemp(prefix="dpc-soak-"))
+    scratch = Path(tempfile.mkdtemp(prefix="dpc-soak-"))  # the workers and each launch's folder: removed at the end
+    try:
+        return _soak(a, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _soak(a: argparse.Namespace, scratch: Path) -> int:
+    """The soak of main, its files under scratch."""
     ws = Workspace(scratch / "files", a.legacy_exit)
     chosen = chosen_kinds(ws, a.only, a.legacy_exit)
     if not chosen:
