@@ -2,8 +2,9 @@
 two-node test cluster (src/dpc_setup/cluster.py), as an instructor would run it.
 
 Four of lab 4's grading submissions (tests/test_grading_04_manual_towers.py: a correct one written
-differently, two typical mistakes, one that fights the tests; the other three are graded locally only) are graded over the cluster with the
-seed of lab 4's own test, which grades the same submissions on this machine. Mid-way through the cluster run, node2 is taken down
+differently, two typical mistakes, one that fights the tests; its other three are graded locally only)
+are graded over the cluster with the seed of lab 4's own test, which grades the same submissions on
+this machine. Mid-way through the cluster run, node2 is taken down
 (`scontrol update ... state=down`, as an administrator or a failure does) while it grades a student:
 that command ends with exit 1 naming the students it could not grade; the node comes back; the same
 command again grades only those. The course then holds every student once, graded as the local run

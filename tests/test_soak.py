@@ -44,8 +44,8 @@ def test_a_small_soak_under_a_cpu_hog(tmp_path):
     done = subprocess.run([sys.executable, "-m", "dpc_maintainer.soak", "--only", "ch5 ring check",
                            "--rounds", "1", "--burst", "2", "--hog", "2", "--json", str(out)],
                           capture_output=True, text=True, timeout=580, env={**os.environ, "TMPDIR": str(temp)})
-    assert list(temp.iterdir()) == [], "the soak's folder (dpc-soak-*) is removed at its end"
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert list(temp.iterdir()) == [], "the soak's folder (dpc-soak-*) is removed at its end"
     assert done.stdout.rstrip().splitlines()[-1] == "soak: 5 launches, 0 failed"  # 3 (weight 3) + 2
     data = json.loads(out.read_text())
     assert [o["kind"] for o in data["outcomes"]].count("ch5 ring check (torchrun 3)") == 3

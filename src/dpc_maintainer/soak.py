@@ -24,7 +24,6 @@ import argparse
 import json
 import random
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -300,11 +299,8 @@ def write_json(a: argparse.Namespace, lines: list[str], outcomes: list[Outcome])
 def main(argv: list[str] | None = None) -> int:
     """Command line: every kind of launch again and again under a CPU hog; exit 1 if any failed."""
     a = parse_args(argv)
-    scratch = Path(tempfile.mkdtemp(prefix="dpc-soak-"))  # the workers and each launch's folder: removed at the end
-    try:
-        return _soak(a, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="dpc-soak-", ignore_cleanup_errors=True) as scratch:
+        return _soak(a, Path(scratch))  # the workers and each launch's folder, removed at the end
 
 
 def _soak(a: argparse.Namespace, scratch: Path) -> int:
