@@ -23,7 +23,12 @@ help:
 	@echo "            no GPU), the course's packages, Horovod"
 	@echo "make horovod   build Horovod (chapter 6, lab 6, chapter 8's horovodrun; about 4 minutes, once):"
 	@echo "            make lab leaves it for then"
-	@echo "make test   set up, run the gates (make lint), then every test: helpers, notebooks, labs, grading"
+	@echo "make test   set up, run the gates (make lint), then the gate's tests (helpers, notebooks, each lab's"
+	@echo "            reference, a correct answer and a mistake, one attacker per defence, the class, the"
+	@echo "            website) and one shard of the full tier, chosen from the commit (CI runs this)"
+	@echo "make test-full [SHARD=i/K]   both tiers whole (before a release, after touching the grader, the"
+	@echo "            set-up or the class harness), or one shard of the full tier alone"
+	@echo "make test-one T='tests/test_x.py::test_y'   one test (or file) alone, with the suite's options"
 	@echo "make lint   the gates alone: ruff (code and notebooks) and mypy (the packages in src/)"
 	@echo "make labs   regenerate labs/ (student copies) from solutions/"
 	@echo "make book   the course as a website in build/book/ (chapters with outputs, labs as released,"
@@ -65,17 +70,46 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 
+# The suite in two tiers (tests/tiers.py; README, "Testing"): every test is in the gate or the full tier.
+# `make test` (CI) runs the gate and one of FULL_SHARDS shards of the full tier, chosen from the commit
+# (git rev-list --count HEAD, mod FULL_SHARDS, plus 1): every full test runs once in FULL_SHARDS landings.
+# `make test-full` runs both tiers whole; `make test-full SHARD=i/K` one shard of the full tier alone;
+# `make test-one T=<node id>` one test (or one file, or a chapter's build/nbtest copy) alone.
 # Test files run TEST_WORKERS at a time (pytest-xdist; a file's tests, and so its module fixtures
 # and a notebook's cells, stay on one worker), handed out in tests/conftest.py's order (xdist's own
 # reorder, most tests first, would leave the longest files, which have few tests, to the end).
 # TEST_WORKERS=0: one process, in order.
 TEST_WORKERS ?= 2
+FULL_SHARDS := 4
+SHARD ?=
+T ?=
+PYTEST := $(PY) -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
+  --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs
+PYTEST_ALL := $(PYTEST) tests build/nbtest --durations=25 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+COMMIT_SHARD = $$(( $$(git rev-list --count HEAD 2>/dev/null || echo 0) % $(FULL_SHARDS) + 1 ))/$(FULL_SHARDS)
+.PHONY: test-full test-one test-durations
 test: setup lint
 	@DPC_SYSTEM_BROWSER=1 bash src/dpc_setup/system.sh
 	$(PY) -m dpc_maintainer.notebooks
-	$(PY) -m pytest tests build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
-	  --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs --durations=25 \
-	  -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	@shard=$(COMMIT_SHARD); echo "test: the gate and shard $$shard of the full tier (this commit's: git rev-list --count HEAD mod $(FULL_SHARDS), plus 1)"; \
+	  $(PYTEST_ALL) --tier gate --full-shard $$shard $(PYTEST_ARGS)
+
+test-full: setup lint
+	@DPC_SYSTEM_BROWSER=1 bash src/dpc_setup/system.sh
+	$(PY) -m dpc_maintainer.notebooks
+	$(PYTEST_ALL) $(if $(SHARD),--tier full --full-shard $(SHARD),--tier all) $(PYTEST_ARGS)
+
+test-one: setup
+	@test -n "$(T)" || { echo "usage: make test-one T='tests/test_x.py::test_y' (a node id, a file, or build/nbtest/...)"; exit 2; }
+	@DPC_SYSTEM_BROWSER=1 bash src/dpc_setup/system.sh
+	@case "$(T)" in build/nbtest/*) $(PY) -m dpc_maintainer.notebooks;; esac
+	$(PYTEST) "$(T)" $(PYTEST_ARGS)
+
+# The full tier's seconds per file, measured by running it alone (its module fixtures then grade only its
+# students): tests/durations.json, from which its shards are cut. Rerun after adding a long full-tier file.
+test-durations: setup
+	@DPC_SYSTEM_BROWSER=1 bash src/dpc_setup/system.sh
+	DPC_DURATIONS_OUT=tests/durations.json $(PYTEST_ALL) --tier full $(PYTEST_ARGS)
 
 # Horovod, built from source with the course's patches (about 4 minutes on 2 cores, once per machine):
 # `make setup` and every other target build it too; `make lab` leaves it for chapter 6.

@@ -41,6 +41,12 @@ def _rank(item: pytest.Item) -> int:
     return next((i for i, prefix in enumerate(FIRST) if path.startswith(prefix)), len(FIRST))
 
 
+# The suite's tiers (tests/tiers.py) as a plugin of their own: its report hooks see every test, the
+# chapters' copies under build/nbtest/ too (a conftest's runtest hooks see only the tests below it).
+pytest_plugins = ["tiers"]
+
+
+@pytest.hookimpl(trylast=True)  # after the tiers' selection
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_rank)  # stable: files keep their own order inside each rank
 

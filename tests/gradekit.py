@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
+import pytest
+import tiers
 
 from dpc_instructor import markers
 from dpc_runtime import notebook
@@ -69,6 +71,12 @@ def reference_answers(source: Path, grade_ids: tuple[str, ...]) -> dict[str, str
     missing = set(grade_ids) - set(found)
     assert not missing, f"no answer cells {missing} in {source}"
     return found
+
+
+def tiered(request: pytest.FixtureRequest, gate: dict, full: dict) -> dict:
+    """The students a module fixture grades this session: `gate`'s when a gate test of its module runs,
+    `full`'s when a full-tier test does (tests/tiers.py; `make test` grades the gate's alone)."""
+    return {**(gate if tiers.runs(request, "gate") else {}), **(full if tiers.runs(request, "full") else {})}
 
 
 def write_submissions(folder: Path, lab: str, students: dict[str, dict[str, dict | str]]) -> Path:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from dpc_maintainer import run_all
+
+pytestmark = pytest.mark.gate  # tests/tiers.py
 
 RING = {"goal": 0.8, "goal_mb": [16, 64],
         "ratios": [{"n": 2, "mb": 1.0, "ring_over_gloo": 1.1, "ps_over_gloo": 1.8},

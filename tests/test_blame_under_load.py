@@ -21,6 +21,8 @@ import pytest
 import helpers
 from helpers import LaunchError
 
+pytestmark = pytest.mark.full  # the full tier: runs beside two CPU hogs (tests/tiers.py)
+
 RANKS = Path(__file__).parent / "workers" / "ranks.py"
 REPEATS = int(os.environ.get("DPC_BLAME_REPEATS", "1"))
 

@@ -24,6 +24,8 @@ from dpc_maintainer.classroom import CHROMIUM, pull_link
 from dpc_maintainer.needs import NEEDS
 from dpc_runtime.launch import free_port
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 BOOK_PYTHON = ROOT / "build" / "book-env" / "bin" / "python"
 HUB = book.Hub("http://hub.invalid:8000", "https://git.invalid/course/dp-course-student")
 SEARCHES = {"reduce-scatter": "course/05-ring-allreduce.html", "SyncBatchNorm": "course/07-ddp-syncbn.html"}

@@ -10,6 +10,8 @@ from traitlets.config import Config
 
 from dpc_maintainer import classroom
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 
 def test_fairness_lines_give_medians_maxima_the_ratio_and_the_goal() -> None:
     r = {"idle_ms": [3.0, 2.0, 4.0], "busy_ms": [50.0, 1500.0, 900.0, 20.0, 700.0], "heavy_run_all_s": 61.2,
@@ -87,3 +89,13 @@ def test_kernels_use_unix_sockets_in_a_short_runtime_folder(monkeypatch: pytest.
         client.stop_channels()
     finally:
         km.shutdown_kernel(now=True)
+
+
+def test_a_class_of_one_runs_and_fairness_needs_a_classmate() -> None:
+    from dpc_maintainer.classroom.cli import wrong_arguments
+
+    assert wrong_arguments(["05-ring-allreduce"], 1) == ""
+    assert wrong_arguments(["05-ring-allreduce"], 0).startswith("--students must be at least 1")
+    assert wrong_arguments(["05-ring-allreduce"], 1, fairness=True).startswith("--fairness needs --students 2")
+    assert wrong_arguments(["05-ring-allreduce"], 2, fairness=True) == ""
+    assert wrong_arguments(["no-such-lab"], 2) == "no lab labs/no-such-lab"

@@ -20,6 +20,8 @@ import pytest
 
 from dpc_setup import cluster as tool
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 ROOT = Path(__file__).resolve().parents[1]
 
 WHY = tool.unavailable()

@@ -7,6 +7,8 @@ import pytest
 
 from dpc_maintainer import collectives
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 # chapter 8's ddp_worker.py bench as it was (project 673d1f3): the medians made on the CPU
 BENCH_673D1F3 = '''
 import statistics

@@ -15,6 +15,8 @@ import pytest
 import helpers
 from helpers import SlowSource, WhoLoads
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 # --- SlowSource --------------------------------------------------------------------------------
 
 def test_slow_source_is_deterministic_across_instances():

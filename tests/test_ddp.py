@@ -10,6 +10,8 @@ import helpers
 from helpers.ddp import cosine_warmup, reduce_value
 from helpers.worker import Worker, place, slurm_first_host
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 WORKER = Path(__file__).parent / "workers" / "ddp_check.py"
 
 

@@ -16,6 +16,8 @@ import pytest
 import helpers
 from helpers import DeviceError, TorchPlan
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 BAD_COUNTS = [
     (0, r"ask for at least 1"),
     (-1, r"ask for at least 1"),

@@ -8,6 +8,8 @@ import pytest
 from helpers import LaunchError
 from helpers.elastic import failures, launch_elastic, torchrun_argv, torchrun_summary
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 REPORT = """\
 E1122 15:36:51.774000 11875 api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 11881) of binary: python
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 

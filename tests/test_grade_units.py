@@ -19,6 +19,8 @@ from dpc_instructor import grade, gradebook
 from dpc_instructor.grading import cases, failures, intake, job, repair, run, template
 from dpc_runtime import cpuwait, notebook, sandbox
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 ROOT = Path(__file__).resolve().parents[1]
 
 RELEASE = json.loads((ROOT / "labs" / "01-input-pipeline" / "input-pipeline.ipynb").read_text())

@@ -187,24 +187,27 @@ def submission(answers: dict[str, str]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+def graded(request, tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
-    students = {s: {name: submission(a)} for s, a in [
-        ("other", SEEKER), ("wrong", WRONG), ("looping", LOOPING), ("survivor", SURVIVOR),
-        ("tamper", TAMPERING)]}
-    students["empty"] = {}
-    students["garbled"] = {name: "{ not a notebook"}
+    gate = {s: {name: submission(a)} for s, a in [("other", SEEKER), ("wrong", WRONG)]}
+    full = {s: {name: submission(a)} for s, a in [
+        ("looping", LOOPING), ("survivor", SURVIVOR), ("tamper", TAMPERING)]}
+    full["empty"] = {}
+    full["garbled"] = {name: "{ not a notebook"}
+    students = gradekit.tiered(request, gate, full)
     # The lab's timed comparisons run each variant REPEATS times: on a loaded 2-core box a student
     # whose loop eats its cell's 45 s takes more than 240 s in all (the grader's own default is 900).
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), notebook_timeout=480,
                      args=("--seed", str(SEED)))
 
 
+@pytest.mark.gate
 def test_a_correct_answer_in_another_shape_gets_full_marks(graded):
     row = graded["other"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "10", "10"), row
 
 
+@pytest.mark.gate
 def test_typical_mistakes_lose_the_right_points(graded):
     row = graded["wrong"]
     assert row["status"] == "graded"
@@ -212,6 +215,7 @@ def test_typical_mistakes_lose_the_right_points(graded):
     assert row["score"] == "5"
 
 
+@pytest.mark.full
 def test_infinite_loop_is_cut_and_the_rest_graded(graded):
     row = graded["looping"]
     assert row["status"] == "graded"
@@ -226,6 +230,7 @@ def test_infinite_loop_is_cut_and_the_rest_graded(graded):
     assert row["score"] == "5"
 
 
+@pytest.mark.full
 def test_interrupt_survivor_is_reported_not_graded(graded):
     row = graded["survivor"]
     # nbgrader gives up on such a notebook: the status says why, the others are still graded.
@@ -234,6 +239,7 @@ def test_interrupt_survivor_is_reported_not_graded(graded):
     assert row["score"] == "0"
 
 
+@pytest.mark.full
 def test_a_busy_grading_node_costs_no_points(tmp_path):
     """The grader and its job on one core beside four processes that spin on it (other users' work,
     each in a session of its own): the correct answer in another shape still gets full marks (a cell
@@ -247,16 +253,19 @@ def test_a_busy_grading_node_costs_no_points(tmp_path):
     assert (other["status"], other["score"], other["max_score"]) == ("graded", "10", "10"), other
 
 
+@pytest.mark.full
 def test_bad_submissions_get_one_clear_status(graded):
     assert graded["empty"]["status"] == "missing notebook(s): input-pipeline.ipynb"
     assert graded["garbled"]["status"].startswith("unreadable notebook input-pipeline.ipynb")
 
 
+@pytest.mark.full
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "10"), row
 
 
+@pytest.mark.gate
 def test_the_kernel_holds_nothing_to_redraw_the_hidden_cases_from(graded):
     """The correct answer in another shape is also the seeker: refusing to work where it finds the
     run's seed or a generator above it, it gets full marks: the kernel has neither (grading.cases.make_cases,
@@ -265,6 +274,7 @@ def test_the_kernel_holds_nothing_to_redraw_the_hidden_cases_from(graded):
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "10", "10"), row
 
 
+@pytest.mark.gate
 def test_the_seeker_would_see_the_seed_and_a_generator(tmp_path, monkeypatch):
     """The probe is real: a seed in the environment or in a file of its folder, and a generator in
     a frame above it (a hidden test that drew its cases in the kernel), are each found."""

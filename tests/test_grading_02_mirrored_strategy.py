@@ -38,7 +38,7 @@ inputs show anyway, and no answer.
 from __future__ import annotations
 
 import pytest
-from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill, tiered
 
 LAB = "02-mirrored-strategy"
 RELEASE = ROOT / "labs" / LAB / "mirrored-strategy.ipynb"
@@ -208,21 +208,24 @@ assert "DPC_GRADE_SEED" in PEEKER["lab02-input"] and "def make_dataset_fn" in PE
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+def graded(request, tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
-    subs = [("alternative", ALTERNATIVE), ("wrong", WRONG), ("tamper", TAMPERING), ("peeker", PEEKER)]
-    students = {s: {name: fill(RELEASE, a)} for s, a in subs}
+    gate = {s: {name: fill(RELEASE, a)} for s, a in [("alternative", ALTERNATIVE), ("wrong", WRONG)]}
+    full = {s: {name: fill(RELEASE, a)} for s, a in [("tamper", TAMPERING), ("peeker", PEEKER)]}
+    students = tiered(request, gate, full)
     # TensorFlow's import alone can take half a minute on a busy 2-core box: a generous default.
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=90,
                      notebook_timeout=900)
 
 
+@pytest.mark.gate
 def test_a_correct_submission_gets_full_marks(graded):
     row = graded["alternative"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "8", "8"), row
     assert lost(row) == set()
 
 
+@pytest.mark.gate
 def test_typical_mistakes_lose_exactly_their_points(graded):
     row = graded["wrong"]
     assert row["status"] == "graded", row
@@ -231,11 +234,13 @@ def test_typical_mistakes_lose_exactly_their_points(graded):
     assert row["score"] == "2"
 
 
+@pytest.mark.full
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "8"), row
 
 
+@pytest.mark.full
 def test_answers_read_off_the_tests_frames_get_no_points_and_the_kernel_has_no_seed(graded):
     """The rate and accuracy tests hold no answer in any frame above the student's function (the
     hidden cases come from outside the kernel); the input function, which fails if the kernel holds
@@ -246,6 +251,7 @@ def test_answers_read_off_the_tests_frames_get_no_points_and_the_kernel_has_no_s
     assert row["score"] == "5", row
 
 
+@pytest.mark.gate
 def test_the_hidden_cases_are_made_before_any_answer():
     """The grader makes lab 2's hidden cases outside the kernel, from a locked cell that comes
     before every answer and test cell (the cases job runs no student's code)."""

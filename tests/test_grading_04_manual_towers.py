@@ -47,7 +47,7 @@ import os
 from pathlib import Path
 
 import pytest
-from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, submission as fill, tiered
 
 LAB = "04-manual-towers"
 RELEASE = ROOT / "labs" / LAB / "manual-towers.ipynb"
@@ -282,23 +282,27 @@ SCORES = {"correct": "14", "transplanted": "8", "summing": "8", "unweighted": "7
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+def graded(request, tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
-    students = {s: {name: submission(a)} for s, a in [
-        ("correct", CORRECT), ("transplanted", TRANSPLANTED), ("summing", SUMMING),
-        ("unweighted", UNWEIGHTED), ("own-variables", OWN_VARIABLES), ("tamper", TAMPERING),
+    # the gate: the reference, a correct answer and the chapter's recipe (a plausible mistake)
+    gate = {s: {name: submission(a)} for s, a in [("correct", CORRECT), ("transplanted", TRANSPLANTED)]}
+    full = {s: {name: submission(a)} for s, a in [
+        ("summing", SUMMING), ("unweighted", UNWEIGHTED), ("own-variables", OWN_VARIABLES), ("tamper", TAMPERING),
         ("peeker", PEEKER)]}
+    students = tiered(request, gate, full)
     # Generous limits: five TensorFlow start-ups on a shared 2-core box.
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=60,
                      notebook_timeout=400, args=("--seed", str(grading_seed())))
 
 
+@pytest.mark.gate
 def test_correct_submission_gets_full_marks(graded):
     row = graded["correct"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "14", "14"), row
     assert not lost(row)
 
 
+@pytest.mark.gate
 def test_the_chapters_recipe_with_weights_loses_the_placement_tests(graded):
     row = graded["transplanted"]
     assert row["status"] == "graded"
@@ -306,6 +310,7 @@ def test_the_chapters_recipe_with_weights_loses_the_placement_tests(graded):
     assert row["score"] == SCORES["transplanted"]
 
 
+@pytest.mark.full
 def test_summing_and_not_splitting_lose_their_tests(graded):
     row = graded["summing"]
     assert row["status"] == "graded"
@@ -313,6 +318,7 @@ def test_summing_and_not_splitting_lose_their_tests(graded):
     assert row["score"] == SCORES["summing"]
 
 
+@pytest.mark.full
 def test_unweighted_average_per_tower_clipping_and_new_variables_lose_their_tests(graded):
     row = graded["unweighted"]
     assert row["status"] == "graded"
@@ -320,6 +326,7 @@ def test_unweighted_average_per_tower_clipping_and_new_variables_lose_their_test
     assert row["score"] == SCORES["unweighted"]
 
 
+@pytest.mark.full
 def test_own_variables_per_tower_lose_only_the_shared_test(graded):
     row = graded["own-variables"]
     assert row["status"] == "graded"
@@ -327,11 +334,13 @@ def test_own_variables_per_tower_lose_only_the_shared_test(graded):
     assert row["score"] == SCORES["own-variables"]
 
 
+@pytest.mark.full
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", SCORES["tamper"], "14"), row
 
 
+@pytest.mark.full
 def test_placements_read_off_the_tests_get_no_points_and_the_kernel_has_no_seed(graded):
     """No reference placement is in the kernel any more (the hidden cases come from outside it): the
     peeker loses both placement tests; its step, which fails if the kernel holds the grading seed,
@@ -342,6 +351,7 @@ def test_placements_read_off_the_tests_get_no_points_and_the_kernel_has_no_seed(
     assert row["score"] == SCORES["peeker"], row
 
 
+@pytest.mark.gate
 def test_the_hidden_cases_are_made_before_any_answer():
     """The grader makes lab 4's hidden placements outside the kernel, from a locked cell that comes
     before every answer and test cell; the seed chosen for the grading run makes round-robin wrong."""

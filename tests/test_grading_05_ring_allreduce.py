@@ -30,7 +30,7 @@ import json
 import os
 
 import pytest
-from gradekit import ROOT, TAMPER, grade_all, lost, probing, reference_answers, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, probing, reference_answers, submission as fill, tiered
 
 import helpers
 from dpc_runtime import notebook
@@ -278,21 +278,25 @@ def ring_allreduce(flat):
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+def graded(request, tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     seed = int(os.environ["DPC_GRADE_SEED"])  # grade_all's run: no --seed
-    students = {s: {name: fill(RELEASE, a)} for s, a in [
+    gate = {s: {name: fill(RELEASE, a)} for s, a in [
         ("different", {**DIFFERENT, "lab05-sim-reduce-scatter": probing(DIFFERENT["lab05-sim-reduce-scatter"], seed)}),
-        ("wrong", WRONG), ("wasteful", WASTEFUL),
-        ("tamper", TAMPERING), ("forged", FORGED), ("delegator", DELEGATOR)]}
+        ("wrong", WRONG)]}
+    full = {s: {name: fill(RELEASE, a)} for s, a in [
+        ("wasteful", WASTEFUL), ("tamper", TAMPERING), ("forged", FORGED), ("delegator", DELEGATOR)]}
+    students = tiered(request, gate, full)
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), notebook_timeout=600)
 
 
+@pytest.mark.gate
 def test_a_correct_submission_gets_full_marks(graded):
     row = graded["different"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "14", "14"), row
 
 
+@pytest.mark.gate
 def test_wrong_step_wrong_chunk_and_deadlock_lose_their_points(graded):
     row = graded["wrong"]
     assert row["status"] == "graded", row
@@ -301,6 +305,7 @@ def test_wrong_step_wrong_chunk_and_deadlock_lose_their_points(graded):
     assert row["score"] == "2"
 
 
+@pytest.mark.full
 def test_wasted_traffic_and_wrong_real_step_lose_their_points(graded):
     row = graded["wasteful"]
     assert row["status"] == "graded", row
@@ -308,17 +313,20 @@ def test_wasted_traffic_and_wrong_real_step_lose_their_points(graded):
     assert row["score"] == "7"
 
 
+@pytest.mark.full
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "14"), row
 
 
+@pytest.mark.full
 def test_answers_right_only_for_known_cases_lose_the_drawn_ones(graded):
     row = graded["forged"]
     assert row["status"] == "graded", row
     assert lost(row) == {"lab05-test-sim-rs", "lab05-test-sim-ag", "lab05-test-sim-traffic"}, row
 
 
+@pytest.mark.full
 def test_a_ring_whose_reduce_scatter_does_it_all_loses_the_reduce_scatter_test(graded):
     row = graded["delegator"]
     assert row["status"] == "graded", row
@@ -326,6 +334,7 @@ def test_a_ring_whose_reduce_scatter_does_it_all_loses_the_reduce_scatter_test(g
     assert row["score"] == "12", row
 
 
+@pytest.mark.gate
 def test_a_rank_that_never_reaches_the_ring_is_named(tmp_path):
     """A ring where rank 1 loops forever before its first message: the error the lab shows the
     student (run_check returns str(LaunchError)) names rank 1, busy in the student's file, not the

@@ -21,7 +21,7 @@ three launches (a single-process reference, two horovodrun jobs).
 from __future__ import annotations
 
 import pytest
-from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill, tiered
 
 LAB = "06-horovod"
 RELEASE = ROOT / "labs" / LAB / "horovod.ipynb"
@@ -137,17 +137,19 @@ TESTS = {  # test cell -> points
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+def graded(request, tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
-    students = {"other": {name: fill(RELEASE, OTHER)}, "wrong": {name: fill(RELEASE, WRONG)},
-                "narrow": {name: fill(RELEASE, NARROW)}, "tamper": {name: tampering()}}
+    students = tiered(request, {"other": {name: fill(RELEASE, OTHER)}, "wrong": {name: fill(RELEASE, WRONG)}},
+                      {"narrow": {name: fill(RELEASE, NARROW)}, "tamper": {name: tampering()}})
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), notebook_timeout=900)
 
 
+@pytest.mark.gate
 def test_every_test_cell_is_in_the_csv(graded):
     assert set(TESTS) <= set(graded["other"]), sorted(graded["other"])
 
 
+@pytest.mark.gate
 def test_a_correct_conversion_gets_full_marks(graded):
     row = graded["other"]
     assert row["status"] == "graded", row["status"]
@@ -155,6 +157,7 @@ def test_a_correct_conversion_gets_full_marks(graded):
     assert (float(row["score"]), float(row["max_score"])) == (sum(TESTS.values()),) * 2
 
 
+@pytest.mark.gate
 def test_typical_mistakes_lose_exactly_their_points(graded):
     row = graded["wrong"]
     assert row["status"] == "graded", row["status"]
@@ -169,6 +172,7 @@ def test_typical_mistakes_lose_exactly_their_points(graded):
     assert float(row["score"]) == 1 + 1  # torch-lr, resume-read
 
 
+@pytest.mark.full
 def test_narrow_mistakes_lose_only_the_test_that_sees_them(graded):
     row = graded["narrow"]
     assert row["status"] == "graded", row["status"]
@@ -176,6 +180,7 @@ def test_narrow_mistakes_lose_only_the_test_that_sees_them(graded):
     assert float(row["score"]) == sum(TESTS.values()) - 2 - 1
 
 
+@pytest.mark.full
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
     assert (row["status"], float(row["score"])) == ("graded", 0.0), row

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from gradekit import ROOT, TAMPER, grade_all, lost, probing, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, probing, submission as fill, tiered
 
 LAB = "07-ddp-syncbn"
 RELEASE = ROOT / "labs" / LAB / "ddp-syncbn.ipynb"
@@ -232,16 +232,17 @@ def tampering() -> dict:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+def graded(request, tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     seed = int(os.environ["DPC_GRADE_SEED"])  # grade_all's run: no --seed
     different = {**DIFFERENT, "lab07-data": probing(DATA, seed)}
-    students = {s: {name: fill(RELEASE, a)} for s, a in [("different", different), ("wrong", WRONG)]}
-    students["tamper"] = {name: tampering()}
+    students = tiered(request, {s: {name: fill(RELEASE, a)} for s, a in [("different", different), ("wrong", WRONG)]},
+                      {"tamper": {name: tampering()}})
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=60,
                      notebook_timeout=900)
 
 
+@pytest.mark.gate
 def test_a_correct_submission_gets_full_marks(graded):
     row = graded["different"]
     total = sum(POINTS.values())
@@ -250,6 +251,7 @@ def test_a_correct_submission_gets_full_marks(graded):
     assert lost(row) == set()
 
 
+@pytest.mark.gate
 def test_typical_mistakes_lose_the_right_points(graded):
     row = graded["wrong"]
     assert row["status"] == "graded", row
@@ -258,6 +260,7 @@ def test_typical_mistakes_lose_the_right_points(graded):
     assert float(row["score"]) == sum(POINTS.values()) - 2 - 2 - 3 - 2 - 2  # 6 of 17; the weights kept
 
 
+@pytest.mark.full
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
     assert (row["status"], float(row["score"])) == ("graded", 0.0), row

@@ -43,7 +43,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from gradekit import ROOT, TAMPER, grade_all, lost, probing, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, probing, submission as fill, tiered
 
 LAB = "09-zero"
 RELEASE = ROOT / "labs" / LAB / "zero.ipynb"
@@ -325,17 +325,24 @@ EXPECTED_LOST = {
 
 
 
+# the gate: a correct answer and one plausible mistake; the full tier: the others
+GATE = ("different", "bounds-and-sum")
+
+
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+def graded(request, tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     seed = int(os.environ["DPC_GRADE_SEED"])  # grade_all's run: no --seed
     submissions = {**SUBMISSIONS, "different": {**DIFFERENT, "lab09-bounds": probing(DIFFERENT["lab09-bounds"], seed)}}
     students = {s: {name: fill(RELEASE, answers)} for s, answers in submissions.items()}
+    students = tiered(request, {s: v for s, v in students.items() if s in GATE},
+                      {s: v for s, v in students.items() if s not in GATE})
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=60,
                      notebook_timeout=600)
 
 
-@pytest.mark.parametrize("student", sorted(SUBMISSIONS))
+@pytest.mark.parametrize("student", [pytest.param(s, marks=pytest.mark.gate if s in GATE else pytest.mark.full)
+                                     for s in sorted(SUBMISSIONS)])
 def test_each_submission_loses_exactly_its_points(graded, student):
     row = graded[student]
     total = sum(POINTS.values())

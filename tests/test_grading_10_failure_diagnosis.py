@@ -29,7 +29,7 @@ import json
 import os
 
 import pytest
-from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill, tiered
 
 LAB = "10-failure-diagnosis"
 RELEASE = ROOT / "labs" / LAB / "failure-diagnosis.ipynb"
@@ -196,6 +196,7 @@ POINTS = {"lab10-test-hang": 2, "lab10-test-mismatch": 2, "lab10-test-died": 2, 
           "lab10-test-timeout": 2, "lab10-test-resume": 4}
 
 
+@pytest.mark.gate
 def test_the_mistakes_are_written_into_the_reference():
     """The mistaken submission differs from the reference exactly where its docstring says."""
     assert MISTAKEN_DIAGNOSE.count("\n") == REFERENCE["lab10-diagnose"].count("\n")
@@ -204,25 +205,28 @@ def test_the_mistakes_are_written_into_the_reference():
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+def graded(request, tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
-    students = {
+    students = tiered(request, {
         "different": {"lab10-diagnose": DIFFERENT_DIAGNOSE, "lab10-snapshot": DIFFERENT_SNAPSHOT},
         "mistaken": {"lab10-diagnose": MISTAKEN_DIAGNOSE, "lab10-snapshot": MISTAKEN_SNAPSHOT},
+    }, {
         "tamper": TAMPERING,
         "looker": {"lab10-diagnose": LOOKER, "lab10-snapshot": DIFFERENT_SNAPSHOT},
-    }
+    })
     return grade_all(LAB, {s: {name: fill(RELEASE, a)} for s, a in students.items()},
                      tmp_path_factory.mktemp("grading"), notebook_timeout=900,
                      args=("--seed", str(grading_seed())))
 
 
+@pytest.mark.gate
 def test_a_correct_diagnosis_written_differently_gets_full_marks(graded):
     row = graded["different"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "14", "14"), row
     assert {k: float(row[k]) for k in POINTS} == POINTS, row
 
 
+@pytest.mark.gate
 def test_blaming_the_victims_a_straggler_called_a_hang_and_a_forgotten_generator_lose_their_points(graded):
     row = graded["mistaken"]
     assert row["status"] == "graded", row
@@ -230,11 +234,13 @@ def test_blaming_the_victims_a_straggler_called_a_hang_and_a_forgotten_generator
     assert row["score"] == "6", row
 
 
+@pytest.mark.full
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "14"), row
 
 
+@pytest.mark.full
 def test_a_diagnose_that_reads_its_callers_frames_or_redraws_the_graders_jobs_gets_no_diagnosis_points(graded):
     """Its visible parts pass (the visible test holds the answer), its hidden parts cannot: no frame
     above diagnose holds a hidden job's culprit or kind, and the kernel has no seed to redraw the
@@ -244,6 +250,7 @@ def test_a_diagnose_that_reads_its_callers_frames_or_redraws_the_graders_jobs_ge
     assert lost(row) == DIAGNOSIS_TESTS and row["score"] == "4", row
 
 
+@pytest.mark.gate
 def test_the_redrawer_would_pass_with_the_seed_and_not_by_chance_without():
     """The redrawer is a real attack: with the grader's seed its draw is the grader's (hidden_cases
     draws its jobs with draw_jobs, then gives each as it ran and renumbered by 1); grading_seed

@@ -39,7 +39,7 @@ import os
 import re
 
 import pytest
-from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill
+from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill, tiered
 
 LAB = "11-own-ddp"
 RELEASE = ROOT / "labs" / LAB / "own-ddp.ipynb"
@@ -253,6 +253,7 @@ _helpers.launch = lambda script, n, **kwargs: _Ranks()
 }
 
 
+@pytest.mark.gate
 def test_the_mistakes_are_written_into_the_reference():
     """The mistaken submission differs from the reference exactly where its docstring says."""
     assert MISTAKEN_DDP != REFERENCE["lab11-ddp"]
@@ -262,25 +263,28 @@ def test_the_mistakes_are_written_into_the_reference():
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, dict[str, str]]:
+def graded(request, tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
-    students = {
+    students = tiered(request, {
         "different": DIFFERENT,
         "mistaken": {**REFERENCE, "lab11-ddp": MISTAKEN_DDP},
+    }, {
         "forward": {**REFERENCE, "lab11-plan": FORWARD_PLAN},
         "forger": {**REFERENCE, "lab11-plan": FORGED_PLAN, "lab11-ddp": FORGED_DDP},
         "tamper": TAMPERING,
-    }
+    })
     return grade_all(LAB, {s: {name: fill(RELEASE, a)} for s, a in students.items()},
                      tmp_path_factory.mktemp("grading"))
 
 
+@pytest.mark.gate
 def test_a_correct_wrapper_written_differently_gets_full_marks(graded):
     row = graded["different"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "12", "12"), row
     assert {k: float(row[k]) for k in POINTS} == POINTS, row
 
 
+@pytest.mark.gate
 def test_all_reducing_after_backward_and_dividing_by_the_local_count_lose_exactly_their_points(graded):
     row = graded["mistaken"]
     assert row["status"] == "graded", row
@@ -288,6 +292,7 @@ def test_all_reducing_after_backward_and_dividing_by_the_local_count_lose_exactl
     assert row["score"] == "7", row
 
 
+@pytest.mark.full
 def test_a_plan_in_forward_order_loses_the_plan_and_prediction_tests_and_keeps_the_schedule(graded):
     row = graded["forward"]
     assert row["status"] == "graded", row
@@ -296,6 +301,7 @@ def test_a_plan_in_forward_order_loses_the_plan_and_prediction_tests_and_keeps_t
     assert row["score"] == str(12 - POINTS["lab11-test-plan"] - POINTS["lab11-test-predict"]), row
 
 
+@pytest.mark.gate
 def test_the_forger_is_written_into_the_reference():
     """The forger all-reduces after backward (every call in finish()), rewrites the comm's ledger and
     rank 0's report, and is otherwise the reference."""
@@ -308,6 +314,7 @@ def test_the_forger_is_written_into_the_reference():
     assert space["_SEED"].search(f"x = {os.environ['DPC_GRADE_SEED']}\n") and not space["_SEED"].search("x = 1.5\n")
 
 
+@pytest.mark.full
 def test_a_ledger_rewritten_after_backward_loses_the_schedule_and_the_seed_is_out_of_reach(graded):
     """Rewriting the ledgers in reach (the comm's, the report's) does not hide an all-reduce after
     backward: the test reads what the worker's pipe wrote. The plan keeps its points: the kernel found
@@ -318,6 +325,7 @@ def test_a_ledger_rewritten_after_backward_loses_the_schedule_and_the_seed_is_ou
     assert row["score"] == str(12 - POINTS["lab11-test-schedule"]), row
 
 
+@pytest.mark.full
 def test_fighting_the_tests_from_the_kernel_gets_nothing(graded):
     row = graded["tamper"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "0", "12"), row

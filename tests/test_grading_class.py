@@ -22,6 +22,7 @@ import uuid
 import psutil
 import pytest
 import test_grading_04_manual_towers as lab4
+import tiers
 from gradekit import HOST_FILES, ROOT, grade_all, host_state, submission as fill
 
 from dpc_instructor import markers
@@ -139,22 +140,25 @@ HANDED_IN = {"timestamp.txt": "2026-11-24 09:00:00.000000 UTC", "submission_secr
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(request, tmp_path_factory):
     work = tmp_path_factory.mktemp("class")
     course = work / "course"
     subs = work / "submissions"  # where gradekit writes them
     host = host_state()
-    first = {
+    first = {  # the gate's: the answers reader, the vandal with its daemon, and their victim
         "victim": {NB: fill(lab4.RELEASE, lab4.CORRECT)},
         "cheat": {NB: fill(lab4.RELEASE, {**lab4.CORRECT, "lab04-tower-step": cheat(subs, course)})},
         "vandal": {NB: fill(lab4.RELEASE, {**lab4.CORRECT, "lab04-tower-step":
                                             lab4.CORRECT["lab04-tower-step"] + "\n" + vandal(subs, course)})},
-        "tamper": {NB: tampered()},
-        "wrong": {NB: fill(lab4.RELEASE, lab4.SUMMING)},
     }
+    full = tiers.runs(request, "full")  # its tests read the whole class's gradebook: every student then
+    if full:
+        first |= {"tamper": {NB: tampered()}, "wrong": {NB: fill(lab4.RELEASE, lab4.SUMMING)}}
     rows1 = grade_all(LAB, first, work, course=course, parameters="defaults")  # what students run
     daemons = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
                if TOKEN in " ".join(p.info["cmdline"] or [])]
+    if not full:
+        return {"rows1": rows1, "daemons": daemons, "course": course, "work": work, "host": (host, host_state())}
     before = course_rows(course, work)
     late_work = tmp_path_factory.mktemp("late")
     rows2 = grade_all(LAB, {"wrong": {NB: fill(lab4.RELEASE, lab4.CORRECT)},
@@ -165,12 +169,14 @@ def graded(tmp_path_factory):
             "course": course, "work": work, "host": (host, host_state())}
 
 
+@pytest.mark.gate
 def test_the_sandbox_hides_the_answers_and_the_gradebooks(graded):
     row = graded["rows1"]["cheat"]
     assert (row["status"], row["score"]) == ("graded", "4"), row  # its own place_variables only
     assert "SAW []" in output_of(graded["course"], "cheat")
 
 
+@pytest.mark.gate
 def test_other_students_are_out_of_reach(graded):
     # It saw none of the grader's processes; what it wrote or made landed in its sandbox only (the
     # submissions are unchanged: grade_all checks that), and its neighbours were graded as usual.
@@ -182,15 +188,18 @@ def test_other_students_are_out_of_reach(graded):
     assert (victim["status"], victim["score"], victim["max_score"]) == ("graded", "14", "14")
 
 
+@pytest.mark.gate
 def test_nothing_outlives_grading(graded):
     assert graded["daemons"] == [], "a detached process of a submission survived its grading"
 
 
+@pytest.mark.gate
 def test_the_host_is_untouched(graded):
     before, after = graded["host"]
     assert after == before, "a submission changed a device node or file of the grading host"
 
 
+@pytest.mark.full
 def test_tampered_test_cells_are_restored(graded):
     row = graded["rows1"]["tamper"]
     assert (row["status"], row["score"], row["max_score"]) == ("graded", "14", "14"), row
@@ -200,6 +209,7 @@ def test_tampered_test_cells_are_restored(graded):
     assert graded["rows1"]["wrong"]["score"] == "8"
 
 
+@pytest.mark.full
 def test_a_late_batch_changes_only_its_own_students(graded):
     before, after = totals(graded["before"]), totals(graded["after"])
     assert before == {"victim": "14", "cheat": "4", "vandal": "14", "tamper": "14", "wrong": "8"}
@@ -216,6 +226,7 @@ def test_a_late_batch_changes_only_its_own_students(graded):
                      "wrong": LATE_SEED, "late": LATE_SEED}
 
 
+@pytest.mark.full
 def test_feedback_shows_results_without_hidden_tests(graded, tmp_path):
     """One page per student and notebook, in nbgrader's feedback layout (with the submission's
     timestamp and secret beside it, for `nbgrader release_feedback`); no hidden test on any page."""
@@ -245,6 +256,7 @@ def test_feedback_shows_results_without_hidden_tests(graded, tmp_path):
     assert "<span class='score'>14 / 14</span>" in pages["late"] and "badge failed" not in pages["late"]
 
 
+@pytest.mark.gate
 def test_self_check_exit_code(tmp_path):
     lab = tmp_path / LAB
     lab.mkdir()
@@ -258,6 +270,7 @@ def test_self_check_exit_code(tmp_path):
     assert f"{NB}: 8 / 14 visible points, 4 test cell(s) failed" in done.stdout
 
 
+@pytest.mark.gate
 def test_the_self_check_judges_outside_the_kernel_as_the_grader_does(tmp_path):
     lab = tmp_path / LAB
     lab.mkdir()

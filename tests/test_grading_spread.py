@@ -29,6 +29,8 @@ from gradekit import lost, write_submissions
 from dpc_runtime import sandbox
 from dpc_setup import cluster as tool
 
+pytestmark = pytest.mark.full  # the full tier: the SLURM spread with a node lost (tests/tiers.py)
+
 WHY = tool.unavailable() or sandbox.unavailable()
 if WHY:
     pytest.skip(f"no SLURM cluster or sandbox here: {WHY}", allow_module_level=True)

@@ -12,9 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from gradekit import ROOT
 
 from dpc_setup import buildlog
+
+pytestmark = pytest.mark.gate  # tests/tiers.py
 
 HOROVOD = ROOT / "src" / "dpc_setup" / "horovod"
 

@@ -6,7 +6,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 from gradekit import ROOT
+
+pytestmark = pytest.mark.gate  # tests/tiers.py
 
 
 def test_table_pairs_the_libraries_and_gives_their_ratio(tmp_path):

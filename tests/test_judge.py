@@ -14,6 +14,8 @@ from nbgrader.utils import determine_grade
 from dpc_instructor import markers, nbgrader_hooks
 from dpc_runtime import judge
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 
 def item(name: str, value, **spec) -> dict:
     """A record as record() shows it to the grader."""

@@ -28,6 +28,8 @@ import pytest
 
 from dpc_runtime.notebook import nbgrader, source
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 ROOT = Path(__file__).resolve().parents[1]
 LABS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "solutions").glob("*/*.ipynb"))
 

@@ -7,6 +7,8 @@ import pytest
 
 from dpc_instructor import transfer
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SEEN = transfer.chapter_lines()

@@ -71,6 +71,7 @@ def _cmd(pid: int) -> str:
         return "?"
 
 
+@pytest.mark.gate
 def test_orphan_check_sees_a_live_worker(tmp_path):
     import os
     import subprocess
@@ -90,22 +91,26 @@ def test_orphan_check_sees_a_live_worker(tmp_path):
 
 # --- arguments ---------------------------------------------------------------------------------
 
+@pytest.mark.gate
 def test_unknown_launcher():
     with pytest.raises(ValueError, match=r"launcher='mpirun': use one of"):
         helpers.launch(RANKS, 2, launcher="mpirun", args=["ok"])
 
 
+@pytest.mark.gate
 @pytest.mark.parametrize("nprocs", [0, -1, True, 2.0])
 def test_bad_nprocs(nprocs):
     with pytest.raises(ValueError, match="ask for at least 1 process"):
         helpers.launch(RANKS, nprocs, args=["ok"])
 
 
+@pytest.mark.gate
 def test_missing_script(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         helpers.launch(tmp_path / "nope.py", 2)
 
 
+@pytest.mark.gate
 def test_free_port_is_bindable():
     import socket
 
@@ -117,6 +122,7 @@ def test_free_port_is_bindable():
 
 # --- torchrun ----------------------------------------------------------------------------------
 
+@pytest.mark.gate
 @pytest.mark.timeout(180)
 def test_torchrun_ok(tmp_path, capsys):
     result = helpers.launch(RANKS, 2, args=["ok"], env={"DPC_TEST_PIDDIR": str(tmp_path)})
@@ -132,6 +138,7 @@ def test_torchrun_ok(tmp_path, capsys):
     assert_no_orphans(tmp_path)
 
 
+@pytest.mark.gate
 def test_torchrun_leaves_no_log_folder_behind(tmp_path):
     """torchrun keeps a copy of each rank's output (--tee) under a log folder; without --log-dir it
     makes one in the temp folder (torchelastic_*) and never removes it: on a class hub, one per
@@ -145,6 +152,7 @@ def test_torchrun_leaves_no_log_folder_behind(tmp_path):
     assert_no_orphans(pids)
 
 
+@pytest.mark.gate
 @pytest.mark.timeout(180)
 def test_torchrun_crash_names_the_rank(tmp_path):
     with pytest.raises(LaunchError) as info:
@@ -163,6 +171,7 @@ def test_torchrun_crash_names_the_rank(tmp_path):
     assert left.lines(0) and left.exit_codes.get(0) != 1, (left.exit_codes, left.lines(0))
 
 
+@pytest.mark.gate
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("mode", ["hang", "hang-own-sigterm"])
 def test_torchrun_hang_names_the_rank_that_never_came(tmp_path, mode):
@@ -189,6 +198,7 @@ def test_torchrun_hang_names_the_rank_that_never_came(tmp_path, mode):
     assert not any(t and Path(t[0][0]).name == "ranks.py" for t in stacks[0]), stacks[0]
 
 
+@pytest.mark.gate
 @pytest.mark.timeout(120)
 def test_a_launch_that_times_out_while_a_rank_is_starting_says_so(tmp_path):
     # Rank 1 never calls start(); idle_timeout never fires (not every rank started), timeout does.
@@ -201,6 +211,7 @@ def test_a_launch_that_times_out_while_a_rank_is_starting_says_so(tmp_path):
         "ranks 0, 1 had not started yet" in str(info.value)
 
 
+@pytest.mark.gate
 @pytest.mark.timeout(200)
 def test_a_rank_that_never_started_is_blamed_not_the_one_that_timed_out_waiting(tmp_path):
     # Rank 1 sleeps before start() (no stack dump to read); rank 0 gives up waiting for it at
@@ -214,6 +225,7 @@ def test_a_rank_that_never_started_is_blamed_not_the_one_that_timed_out_waiting(
     assert "Rank 0 then failed waiting for it" in str(info.value)
 
 
+@pytest.mark.gate
 @pytest.mark.timeout(300)
 def test_long_reports_come_back_whole(tmp_path):
     # Through torchrun's --tee, a 300 KB report line came back cut into 64 KiB pieces glued to other
@@ -227,11 +239,13 @@ def test_long_reports_come_back_whole(tmp_path):
     assert_no_orphans(tmp_path)
 
 
+@pytest.mark.gate
 def test_an_idle_timeout_must_be_positive():
     with pytest.raises(ValueError, match="idle_timeout=0: give a number of seconds above 0, or None"):
         helpers.launch(RANKS, 2, idle_timeout=0)
 
 
+@pytest.mark.gate
 @pytest.mark.timeout(120)
 def test_results_come_back_through_the_protocol(tmp_path, capsys):
     result = helpers.launch(RANKS, 2, args=["ok"], env={"DPC_TEST_PIDDIR": str(tmp_path)})
@@ -244,6 +258,7 @@ def test_results_come_back_through_the_protocol(tmp_path, capsys):
         result.report(5)
 
 
+@pytest.mark.gate
 @pytest.mark.timeout(120)
 def test_an_abort_after_every_rank_finished_is_a_note_not_a_failure(tmp_path, capsys):
     # The "terminate called without an active exception" case: the work is done and reported.
@@ -256,6 +271,7 @@ def test_an_abort_after_every_rank_finished_is_a_note_not_a_failure(tmp_path, ca
     assert_no_orphans(tmp_path)
 
 
+@pytest.mark.gate
 @pytest.mark.timeout(120)
 def test_the_same_abort_without_the_protocol_is_a_failure(tmp_path):
     # Without the protocol the launcher cannot know the work was done: this is why every script
@@ -267,6 +283,7 @@ def test_the_same_abort_without_the_protocol_is_a_failure(tmp_path):
     assert_no_orphans(tmp_path)
 
 
+@pytest.mark.gate
 @pytest.mark.timeout(120)
 def test_a_rank_that_leaves_early_is_named_not_its_victim(tmp_path):
     # Rank 1 exits with code 0 before the all-reduce; rank 0 fails with "Connection reset by peer".
@@ -282,6 +299,7 @@ def test_a_rank_that_leaves_early_is_named_not_its_victim(tmp_path):
     assert "--- rank 0, waiting for it, ended with ---" in message
 
 
+@pytest.mark.gate
 @pytest.mark.timeout(120)
 def test_a_process_that_left_its_launch_ends_with_it(tmp_path):
     """A rank's grandchild in a session of its own, with an empty environment (no marker to find it
@@ -300,6 +318,7 @@ def test_a_process_that_left_its_launch_ends_with_it(tmp_path):
     assert pid not in {c.pid for c in psutil.Process().children()}, "the stray was not reaped"
 
 
+@pytest.mark.gate
 def test_keyboard_interrupt_kills_the_launch(tmp_path):
     # A shell that starts the suite in the background (`make test &`) ignores SIGINT, and Python
     # then keeps ignoring it: interrupt_main() would do nothing. Ctrl-C's handler, as in a terminal.
@@ -329,6 +348,7 @@ def test_keyboard_interrupt_kills_the_launch(tmp_path):
 
 # --- plain processes with TF_CONFIG --------------------------------------------------------------
 
+@pytest.mark.gate
 def test_tf_launcher_ok(tmp_path, capsys):
     result = helpers.launch(RANKS, 2, launcher="tf", args=["tf-ok"],
                             env={"DPC_TEST_PIDDIR": str(tmp_path)})
@@ -339,6 +359,7 @@ def test_tf_launcher_ok(tmp_path, capsys):
     assert_no_orphans(tmp_path)
 
 
+@pytest.mark.gate
 def test_tf_launcher_crash_stops_waiting_peers(tmp_path):
     with pytest.raises(LaunchError) as info:
         helpers.launch(RANKS, 2, launcher="tf", args=["tf-crash"], timeout=120, echo=False,
@@ -351,6 +372,7 @@ def test_tf_launcher_crash_stops_waiting_peers(tmp_path):
     assert "fails on purpose" in str(info.value)
 
 
+@pytest.mark.gate
 def test_tf_launcher_keeps_crashed_workers_last_lines(tmp_path, monkeypatch):
     # The crashed worker's final line arrives after the launcher noticed it was still running:
     # make reading slow so that the worker has exited by the time the launcher checks again.
@@ -380,6 +402,7 @@ def test_tf_launcher_keeps_crashed_workers_last_lines(tmp_path, monkeypatch):
 
 # --- horovodrun --------------------------------------------------------------------------------
 
+@pytest.mark.gate
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("script", ["hvd_torch.py", "hvd_keras.py"])
@@ -391,6 +414,7 @@ def test_horovodrun_ranks_agree(script):
 
 # --- a classroom node: many launches at once -----------------------------------------------------
 
+@pytest.mark.full
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_twenty_concurrent_launches(tmp_path):
@@ -413,6 +437,7 @@ def test_twenty_concurrent_launches(tmp_path):
         assert_no_orphans(d)
 
 
+@pytest.mark.gate
 def test_a_reaped_root_whose_pid_was_reused_is_left_alone():
     """kill_launch at the end of every launch and grading run: a root already reaped names a free
     PID, on a busy machine soon another process's (PIDs wrap at pid_max, 32768 here). A grader's
@@ -429,6 +454,7 @@ def test_a_reaped_root_whose_pid_was_reused_is_left_alone():
         bystander.wait()
 
 
+@pytest.mark.gate
 def test_ranks_planned_for_the_cpu_never_see_a_gpu(tmp_path, monkeypatch, capsys):
     # Issue 34: on a GPU machine, torch's PowerSGD hook called torch.cuda.synchronize with the CPU
     # ranks' device because CUDA was available. A machine with 1 GPU and 2 ranks (a patched count):
@@ -444,6 +470,7 @@ def test_ranks_planned_for_the_cpu_never_see_a_gpu(tmp_path, monkeypatch, capsys
     assert_no_orphans(tmp_path)
 
 
+@pytest.mark.gate
 def test_ranks_sharing_a_gpu_are_told_so(tmp_path, monkeypatch):
     # devices='gpu' on the same machine: the GPU stays visible and start() is told to use it (on this
     # CPU machine torch finds no GPU, so start() keeps the rank on the CPU).
@@ -454,6 +481,7 @@ def test_ranks_sharing_a_gpu_are_told_so(tmp_path, monkeypatch):
     assert result.report(1)["cuda_visible"] == "0"
 
 
+@pytest.mark.gate
 def test_a_rank_that_asks_for_gloo_by_name_never_sees_a_gpu(tmp_path, monkeypatch):
     # Chapter 11's workers call start("gloo") and keep their tensors on the CPU. On a machine with a GPU
     # per rank the launcher leaves the GPUs visible (a patched count, and the mask it would keep), so
@@ -467,6 +495,7 @@ def test_a_rank_that_asks_for_gloo_by_name_never_sees_a_gpu(tmp_path, monkeypatc
         assert result.report(r)["device"] == "cpu"
 
 
+@pytest.mark.gate
 def test_visible_gpus_reads_the_mask(monkeypatch, tmp_path):
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 (UUID: a)'\necho 'GPU 1: NVIDIA H100 (UUID: b)'\n")
@@ -477,6 +506,7 @@ def test_visible_gpus_reads_the_mask(monkeypatch, tmp_path):
     assert launch_module.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == 0
 
 
+@pytest.mark.gate
 def test_a_rank_still_importing_inside_start_is_not_blamed_for_one_that_never_came():
     # The wrong blame of a loaded machine, replayed without the load: the timeout came while rank 0,
     # inside start() (its stack dump registered), was still importing torch — busy, by its stack —
@@ -491,6 +521,7 @@ def test_a_rank_still_importing_inside_start_is_not_blamed_for_one_that_never_ca
     assert "timed out after 20 s; still running: ranks 0, 1; rank 1 had not started yet" in str(err)
 
 
+@pytest.mark.gate
 def test_a_launch_before_horovod_is_built_says_how_to_build_it(monkeypatch, tmp_path):
     # Issue 37: `make lab` opens JupyterLab before Horovod's 6-minute build; chapter 6's first launch says what to do.
     monkeypatch.setattr(launch_module.sys, "executable", str(tmp_path / "python"))

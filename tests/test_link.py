@@ -15,6 +15,8 @@ import helpers
 from helpers.link import PRESETS, Link
 from helpers.ring import cost_ring
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 WORKER = Path(__file__).parent / "workers" / "link_check.py"
 
 

@@ -10,6 +10,8 @@ from gradekit import ROOT
 
 from dpc_runtime import manifest
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 
 def test_chapters_are_numbered_in_order_and_pair_with_existing_labs():
     chapters = manifest.chapters()

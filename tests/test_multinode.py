@@ -28,6 +28,8 @@ from helpers.multinode import (
 )
 from helpers.worker import place, slurm_place, slurm_tasks_per_node
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "scaling"
 SLURM = sorted((ROOT / "slurm").glob("*.sbatch"))

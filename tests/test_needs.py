@@ -16,6 +16,8 @@ from dpc_instructor.hub.cgroups import cgroup_mounts
 from dpc_maintainer.needs import HOG, NEEDS, minutes, rewrite_needs, write
 from helpers.timing import usable_cores
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 OLD = ("# Chapter\n\n**Needs:** 2 CPU cores, 3 GB of memory, about 1 minute on a 2-core laptop without a GPU "
        "(one GPU: not measured yet).\n\nMore text.")
 

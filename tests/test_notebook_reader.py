@@ -3,8 +3,12 @@ markers, as nbgrader reads them: a marker anywhere in a line; a solution cell wi
 one answer)."""
 from __future__ import annotations
 
+import pytest
+
 from dpc_instructor import markers
 from dpc_runtime import notebook
+
+pytestmark = pytest.mark.gate  # tests/tiers.py
 
 
 def cell(source: str | list[str], **nbgrader: object) -> dict:

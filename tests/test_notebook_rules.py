@@ -13,6 +13,8 @@ from dpc_maintainer.needs import NEEDS, needs_line
 from dpc_runtime import manifest
 from dpc_runtime.notebook import grade_id, nbgrader, source
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.relative_to(ROOT).as_posix() for d in ("course", "solutions")
                    for p in (ROOT / d).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts

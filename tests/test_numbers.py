@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from dpc_maintainer import numbers
+
+pytestmark = pytest.mark.gate  # tests/tiers.py
 
 
 def test_no_notebook_types_a_measurement_its_run_did_not_print():

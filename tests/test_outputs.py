@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from dpc_maintainer import outputs
+
+pytestmark = pytest.mark.gate  # tests/tiers.py
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,6 +9,8 @@ import torch
 
 import helpers
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 
 def test_named_ranges_of_a_real_profile():
     with helpers.quiet_stderr():

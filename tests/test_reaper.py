@@ -11,8 +11,11 @@ import time
 from pathlib import Path
 
 import guardians
+import pytest
 
 from dpc_runtime.reaper import marked
+
+pytestmark = pytest.mark.gate  # tests/tiers.py
 
 OWNER = """
 import os, subprocess, sys, time

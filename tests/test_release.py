@@ -31,6 +31,8 @@ from gradekit import ROOT, submission
 
 from dpc_instructor import release
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 LAB = "01-input-pipeline"
 GIT_ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
            "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}

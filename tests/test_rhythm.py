@@ -3,7 +3,11 @@ figures, or the targets where those are met (they may shrink, never grow past bo
 are brought to the targets."""
 from __future__ import annotations
 
+import pytest
+
 from dpc_maintainer import rhythm
+
+pytestmark = pytest.mark.gate  # tests/tiers.py
 
 # (longest code cell, longest worker script, most words in a markdown cell, share of code cells
 # right after a code cell, test markers and record() calls in what students read), measured on

@@ -25,6 +25,8 @@ from helpers.ring import (
     simulate_ring,
 )
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 WORKER = Path(__file__).parent / "workers" / "ring_worker.py"
 
 

@@ -12,6 +12,8 @@ from gradekit import ROOT
 
 import helpers
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 SRC = ROOT / "src"
 # room -> the rooms it may import. The lesson and its runtime ship to students; the instructor's and
 # maintainers' rooms never do, so nothing shipped may import them.

@@ -20,7 +20,7 @@ from dpc_runtime import sandbox
 ROOT = Path(__file__).resolve().parents[1]
 
 WHY = sandbox.unavailable()
-pytestmark = pytest.mark.skipif(WHY is not None, reason=f"no sandbox here: {WHY}")
+pytestmark = [pytest.mark.skipif(WHY is not None, reason=f"no sandbox here: {WHY}"), pytest.mark.gate]
 PY = str(ROOT / ".venv" / "bin" / "python")
 
 

@@ -15,12 +15,14 @@ from dpc_maintainer import soak
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.gate
 def test_writefiles_extracts_the_workers_of_a_notebook():
     files = soak.writefiles(ROOT / "solutions/07-ddp-syncbn/ddp-syncbn.ipynb")
     assert "runs/07/check.py" in files and "runs/07/lab_setup.py" in files
     assert not any(body.startswith("%%writefile") for body in files.values())
 
 
+@pytest.mark.gate
 def test_legacy_puts_back_the_old_ending_only():
     src = "x = 1\nif x:\n    finish()  # the end\nreport(a=1)\n"
     old = soak.legacy(src)
@@ -28,6 +30,7 @@ def test_legacy_puts_back_the_old_ending_only():
     assert "    if _dist.is_initialized():\n        _dist.barrier()\n        _dist.destroy_process_group()" in old
 
 
+@pytest.mark.gate
 def test_summary_counts_failures_by_kind():
     outcomes = [soak.Outcome("a", 1.0, notes=1), soak.Outcome("a", 3.0, "hang"), soak.Outcome("b", 2.0)]
     lines = soak.summary(outcomes)
@@ -35,6 +38,7 @@ def test_summary_counts_failures_by_kind():
     assert lines[1].split() == ["a", "2", "1", "2.0", "3.0", "1", "hang:", "1"]
 
 
+@pytest.mark.full
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_small_soak_under_a_cpu_hog(tmp_path):

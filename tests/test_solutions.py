@@ -8,9 +8,12 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from dpc_maintainer import solutions
+
+pytestmark = pytest.mark.gate  # tests/tiers.py
 
 ROOT = Path(__file__).resolve().parents[1]
 

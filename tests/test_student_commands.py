@@ -56,6 +56,8 @@ from dpc_maintainer.classroom import port_open
 from dpc_runtime import check
 from dpc_runtime.launch import free_port
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 LAB = "01-input-pipeline"
 BENCH = "ring_allreduce"
 # The programs a student command starts with (after VAR=value assignments).

@@ -48,7 +48,7 @@ REPORT = ROOT / "build" / "student-install" / "report.json"
 LABS = {"05-ring-allreduce": "ring-allreduce.ipynb", "06-horovod": "horovod.ipynb",
         "07-ddp-syncbn": "ddp-syncbn.ipynb"}
 CHAPTERS = ("06-horovod", "08-scaling-up")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]  # the full tier: the self-learner's install from PyPI (tests/tiers.py)
 
 
 @dataclass

@@ -18,6 +18,8 @@ from helpers.syncbn import (
     sync_batch_norm,
 )
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 WORKER = Path(__file__).parent / "workers" / "syncbn_check.py"
 
 

@@ -11,6 +11,8 @@ tf = pytest.importorskip("tensorflow")
 
 from helpers.tfmodels import epoch_seconds, image_dataset, inverted_residual, mobilenet_v2_small  # noqa: E402
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 
 def test_inverted_residual_keeps_shape_and_skips_only_when_it_can():
     inp = tf.keras.Input((8, 8, 16))

@@ -259,6 +259,8 @@ from helpers.timing import (  # noqa: E402
     usable_cores,
 )
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 TICK = __import__("os").sysconf("SC_CLK_TCK")
 
 

@@ -154,6 +154,7 @@ def one_core():
     os.sched_setaffinity(0, before)
 
 
+@pytest.mark.gate
 def test_idle_machine_can_be_calm(tmp_path):
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         pytest.skip("the suite's other workers share this machine: run this file alone to see a calm verdict")
@@ -178,6 +179,7 @@ def test_idle_machine_can_be_calm(tmp_path):
     assert "not judged" not in results, results
 
 
+@pytest.mark.full
 def test_beside_two_cpu_hogs(tmp_path, hogs):
     found, results = lessons(tmp_path)
     if (2 + 1) / (os.cpu_count() or 1) > LOAD_LIMIT:  # the hogs and one rank already overfill this machine
@@ -185,6 +187,7 @@ def test_beside_two_cpu_hogs(tmp_path, hogs):
         assert set(results) == {"not judged"}, f"a result judged beside the hogs: {results}"
 
 
+@pytest.mark.full
 def test_on_one_core(tmp_path, one_core):
     found, results = lessons(tmp_path)
     assert "the other way" not in results, results  # one core for 2 ranks is never a calm machine

@@ -14,6 +14,8 @@ from helpers.towers import (
     split_sizes,
 )
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 
 @pytest.mark.parametrize(("batch", "speeds", "sizes"), [
     (64, [1, 1, 1, 1], [16, 16, 16, 16]),

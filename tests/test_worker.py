@@ -24,6 +24,8 @@ from dpc_runtime.worker import (
     stuck_at,
 )
 
+pytestmark = pytest.mark.gate  # tests/tiers.py
+
 
 def test_place_reads_torchrun_first():
     env = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",

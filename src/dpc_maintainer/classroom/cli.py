@@ -70,13 +70,15 @@ def chosen_labs(a: argparse.Namespace) -> list[str]:
     return sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_dir()) if a.lab == "all" else [a.lab]
 
 
-def wrong_arguments(labs: list[str], students: int) -> str:
+def wrong_arguments(labs: list[str], students: int, fairness: bool = False) -> str:
     """Why the run's labs or number of students cannot be ('' when they can)."""
     for lab in labs:
         if not (ROOT / "labs" / lab).is_dir():
             return f"no lab labs/{lab}"
-    if students < 2:
-        return "--students must be at least 2 (one hands in the lab unfilled)"
+    if fairness and students < 2:
+        return "--fairness needs --students 2 or more (one runs the lab, a classmate's kernel is timed)"
+    if students < 1:
+        return "--students must be at least 1 (with 2 or more, every second one hands in the lab unfilled)"
     return ""
 
 
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"classroom: clean: {len(left)} run(s) left")
         return 0 if not left else 1
     labs = chosen_labs(a)
-    wrong = wrong_arguments(labs, a.students)
+    wrong = wrong_arguments(labs, a.students, a.fairness)
     if wrong:
         print(f"classroom: {wrong}", file=sys.stderr)
         return 2
