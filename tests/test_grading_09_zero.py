@@ -324,7 +324,6 @@ EXPECTED_LOST = {
 }
 
 
-
 # the gate: a correct answer and one plausible mistake; the full tier: the others
 GATE = ("different", "bounds-and-sum")
 
