@@ -23,13 +23,13 @@ help:
 	@echo "            no GPU), the course's packages, Horovod"
 	@echo "make horovod   build Horovod (chapter 6, lab 6, chapter 8's horovodrun; about 4 minutes, once):"
 	@echo "            make lab leaves it for then"
-	@echo "make test   set up, run the gates (make lint), then the gate's tests (helpers, notebooks, each lab's"
+	@echo "make test   set up, run the linters (make lint), then the gate's tests (helpers, notebooks, each lab's"
 	@echo "            reference, a correct answer and a mistake, one attacker per defence, the class, the"
 	@echo "            website) and one shard of the full tier, chosen from the commit (CI runs this)"
 	@echo "make test-full [SHARD=i/K]   both tiers whole (before a release, after touching the grader, the"
 	@echo "            set-up or the class harness), or one shard of the full tier alone"
 	@echo "make test-one T='tests/test_x.py::test_y'   one test (or file) alone, with the suite's options"
-	@echo "make lint   the gates alone: ruff (code and notebooks) and mypy (the packages in src/)"
+	@echo "make lint   the linters alone: ruff (code and notebooks) and mypy (the packages in src/)"
 	@echo "make labs   regenerate labs/ (student copies) from solutions/"
 	@echo "make book   the course as a website in build/book/ (chapters with outputs, labs as released,"
 	@echo "            search, offline): its own environment build/book-env (requirements-book.txt); book/hub.yml"
@@ -65,7 +65,7 @@ lab:
 	@DPC_HOROVOD=$${DPC_HOROVOD:-later} bash src/dpc_setup/setup.sh
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) course/00-setup-and-devices.ipynb $(ROOT_FLAG) $(LAB_ARGS)
 
-# The gates: ruff on the code and the notebooks, mypy on the packages (configured in pyproject.toml).
+# The linters: ruff on the code and the notebooks, mypy on the packages (configured in pyproject.toml).
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m mypy

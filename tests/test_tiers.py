@@ -33,11 +33,11 @@ def test_two(n):
 
 
 def run(folder: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
-    """pytest in folder with the tiers' plugin (what tests/conftest.py takes from it), no xdist."""
+    """pytest in folder with the tiers' plugin (what tests/conftest.py takes from it) and no other."""
     env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     env.pop("DPC_DURATIONS_OUT", None)
-    env.update(extra)
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tiers", "-p", "no:cacheprovider", "-p", "no:xdist",
+    env.update(extra, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")  # no nbval, xdist, timeout: a quicker start
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tiers", "-p", "no:cacheprovider",
                            "-q", "--rootdir", str(folder), *args, str(folder)],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=120)
 
