@@ -41,18 +41,19 @@ def tiers_of(item: pytest.Item) -> list[str]:
 
 def check(items: Iterable[pytest.Item]) -> dict[str, str]:
     """Each item's tier by node id; TierError naming every test in no tier or in both."""
-    tiers, bad = {}, []
+    tier_by_id: dict[str, str] = {}
+    bad = []
     for item in items:
         found = tiers_of(item)
         if len(found) == 1:
-            tiers[item.nodeid] = found[0]
+            tier_by_id[item.nodeid] = found[0]
         else:
             bad.append(f"  {item.nodeid}: {' and '.join(found) or 'no tier'}")
     if bad:
         raise TierError("every test is in exactly one tier, gate or full (tests/tiers.py; mark it "
                         "@pytest.mark.gate or @pytest.mark.full, or its module's pytestmark):\n"
                         + "\n".join(bad))
-    return tiers
+    return tier_by_id
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -95,14 +96,14 @@ def shard_files(i: int, k: int, collected: Iterable[str]) -> set[str]:
 
 def select(items: list[pytest.Item], tier: str, shard: str | None) -> tuple[list[pytest.Item], list[pytest.Item]]:
     """(selected, deselected) for --tier (gate, full or all) and --full-shard i/K (a shard of the full tier)."""
-    tiers = check(items)
+    tier_by_id = check(items)
     wanted_full: set[str] | None = None  # None: every full file
     if shard:
         i, k = parse_shard(shard)
-        wanted_full = shard_files(i, k, {path_of(n) for n, t in tiers.items() if t == "full"})
+        wanted_full = shard_files(i, k, {path_of(n) for n, t in tier_by_id.items() if t == "full"})
 
     def keep(item: pytest.Item) -> bool:
-        if tiers[item.nodeid] == "gate":
+        if tier_by_id[item.nodeid] == "gate":
             return tier in ("gate", "all")
         if wanted_full is not None:
             return path_of(item.nodeid) in wanted_full
