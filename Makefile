@@ -87,28 +87,27 @@ PYTEST := $(PY) -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=3
   --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider -rs
 PYTEST_ALL := $(PYTEST) tests build/nbtest --durations=25 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 COMMIT_SHARD = $$(( $$(git rev-list --count HEAD 2>/dev/null || echo 0) % $(FULL_SHARDS) + 1 ))/$(FULL_SHARDS)
-.PHONY: test-full test-one test-durations
-test: setup lint
+.PHONY: test-full test-one test-durations test-system nbtest
+# What every test target needs besides the .venv: the system's packages (Chromium too) ...
+test-system: setup
 	@DPC_SYSTEM_BROWSER=1 bash src/dpc_setup/system.sh
+# ... and the chapters' copies with their CI parameters (build/nbtest/, src/dpc_maintainer/notebooks.py).
+nbtest: test-system
 	$(PY) -m dpc_maintainer.notebooks
+test: setup lint nbtest
 	@shard=$(COMMIT_SHARD); echo "test: the gate and shard $$shard of the full tier (this commit's: git rev-list --count HEAD mod $(FULL_SHARDS), plus 1)"; \
 	  $(PYTEST_ALL) --tier gate --full-shard $$shard $(PYTEST_ARGS)
 
-test-full: setup lint
-	@DPC_SYSTEM_BROWSER=1 bash src/dpc_setup/system.sh
-	$(PY) -m dpc_maintainer.notebooks
+test-full: setup lint nbtest
 	$(PYTEST_ALL) $(if $(SHARD),--tier full --full-shard $(SHARD),--tier all) $(PYTEST_ARGS)
 
-test-one: setup
+test-one: $(if $(filter build/nbtest/%,$(T)),nbtest,test-system)
 	@test -n "$(T)" || { echo "usage: make test-one T='tests/test_x.py::test_y' (a node id, a file, or build/nbtest/...)"; exit 2; }
-	@DPC_SYSTEM_BROWSER=1 bash src/dpc_setup/system.sh
-	@case "$(T)" in build/nbtest/*) $(PY) -m dpc_maintainer.notebooks;; esac
 	$(PYTEST) "$(T)" $(PYTEST_ARGS)
 
 # The full tier's seconds per file, measured by running it alone (its module fixtures then grade only its
 # students): tests/durations.json, from which its shards are cut. Rerun after adding a long full-tier file.
-test-durations: setup
-	@DPC_SYSTEM_BROWSER=1 bash src/dpc_setup/system.sh
+test-durations: test-system
 	DPC_DURATIONS_OUT=tests/durations.json $(PYTEST_ALL) --tier full $(PYTEST_ARGS)
 
 # Horovod, built from source with the course's patches (about 4 minutes on 2 cores, once per machine):

@@ -148,9 +148,17 @@ _RAN: dict[str, set[str]] = {tier: set() for tier in TIERS}  # node ids
 _FAILED: list[str] = []
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+    """Each report carries its test's tier (checked at collection: exactly one) to the controller."""
+    report = yield
+    report.user_properties.append(("tier", tiers_of(item)[0]))
+    return report
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """The controller's record of every test: its seconds by tier and file, and the failed ones."""
-    tier = next((t for t in TIERS if t in report.keywords), "gate")
+    tier = dict(report.user_properties)["tier"]
     path = path_of(report.nodeid)
     _SECONDS[tier][path] = _SECONDS[tier].get(path, 0.0) + report.duration
     _RAN[tier].add(report.nodeid)
