@@ -27,7 +27,8 @@ help:
 	@echo "            reference, a correct answer and a mistake, one attacker per defence, the class, the"
 	@echo "            website) and one shard of the full tier, chosen from the commit (CI runs this)"
 	@echo "make test-full [SHARD=i/K]   both tiers whole (before a release, after touching the grader, the"
-	@echo "            set-up or the class harness), or one shard of the full tier alone"
+	@echo "            set-up or the class harness), or one shard of the full tier alone; the self-learner's"
+	@echo "            install at full depth (every chapter and lab on the torch pip chooses)"
 	@echo "make test-one T='tests/test_x.py::test_y'   one test (or file) alone, with the suite's options"
 	@echo "make lint   the linters alone: ruff (code and notebooks) and mypy (the packages in src/)"
 	@echo "make labs   regenerate labs/ (student copies) from solutions/"
@@ -98,8 +99,10 @@ test: setup lint nbtest
 	@shard=$(COMMIT_SHARD); echo "test: the gate and shard $$shard of the full tier (this commit's: git rev-list --count HEAD mod $(FULL_SHARDS), plus 1)"; \
 	  $(PYTEST_ALL) --tier gate --full-shard $$shard $(PYTEST_ARGS)
 
+# The self-learner's stage at its full depth (tests/test_student_install.py): torch as a student's pip
+# chooses it, every chapter and every lab; `make test`'s shard runs its short depth (ci).
 test-full: setup lint nbtest
-	$(PYTEST_ALL) $(if $(SHARD),--tier full --full-shard $(SHARD),--tier all) $(PYTEST_ARGS)
+	DPC_STUDENT_INSTALL=$${DPC_STUDENT_INSTALL:-full} $(PYTEST_ALL) $(if $(SHARD),--tier full --full-shard $(SHARD),--tier all) $(PYTEST_ARGS)
 
 test-one: $(if $(filter build/nbtest/%,$(T)),nbtest,test-system)
 	@test -n "$(T)" || { echo "usage: make test-one T='tests/test_x.py::test_y' (a node id, a file, or build/nbtest/...)"; exit 2; }

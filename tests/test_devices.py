@@ -244,3 +244,47 @@ def test_torch_plan_gpu_without_gpu_says_so():
         helpers.torch_plan(2, devices="gpu")
     with pytest.raises(DeviceError, match="devices='tpu': use one of 'auto', 'cpu', 'gpu'"):
         helpers.torch_plan(2, devices="tpu")
+
+
+# TensorFlow's wheel loads its C++ libraries with RTLD_GLOBAL: their LLVM then takes the place of triton's
+# (PyTorch's CUDA build) and the process dies when triton loads (issue 59). Symbols seen from the process's
+# global scope: TensorFlow's C API, and a function of the LLVM it carries.
+GLOBAL_SYMBOLS = ("import ctypes, json; scope = ctypes.CDLL(None); "
+                  "print(json.dumps([hasattr(scope, 'TF_NewStatus'), hasattr(scope, '_ZN4llvm14buffer_ostream6anchorEv')]))")
+
+
+@pytest.mark.parametrize("first, private", [
+    ("import tensorflow", False),  # the wheel's own way: what the course must not leave
+    ("import helpers; import tensorflow", True),  # a kernel that imported helpers first
+    ("import torch, helpers; tf = helpers.import_tensorflow()", True),  # lab 1's order
+    ("from dpc_runtime.quiet import import_tensorflow; import_tensorflow()", True),  # a worker's
+])
+def test_tensorflow_keeps_its_libraries_to_itself(first: str, private: bool) -> None:
+    """After `import helpers` (or helpers.import_tensorflow) TensorFlow's libraries are loaded privately:
+    neither its C API nor its LLVM is in the process's global symbol scope; a plain import puts both there,
+    and then keep_tensorflow_private says it is too late."""
+    code = (f"{first}\nfrom dpc_runtime.quiet import keep_tensorflow_private\n"
+            f"assert keep_tensorflow_private() is {private}\n{GLOBAL_SYMBOLS}")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == [not private, not private], done.stdout
+
+
+def test_tensorflow_kept_private_still_runs_its_pipelines_and_keras() -> None:
+    """What the course runs of TensorFlow works with its libraries private: a parallel tf.data pipeline,
+    a Keras 2 fit, and then a torch optimizer (which imports torch._dynamo, and triton where installed)."""
+    code = textwrap.dedent("""
+        import helpers, torch
+        tf = helpers.import_tensorflow()
+        ds = tf.data.Dataset.range(8).map(lambda i: i * 2, num_parallel_calls=tf.data.AUTOTUNE).batch(4).prefetch(1)
+        assert [b.numpy().tolist() for b in ds] == [[0, 2, 4, 6], [8, 10, 12, 14]]
+        import tf_keras
+        model = tf_keras.Sequential([tf_keras.layers.Dense(2)])
+        model.compile("sgd", "mse")
+        model.fit(tf.zeros((4, 3)), tf.zeros((4, 2)), verbose=0)
+        torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1).step()
+        print("ran")""")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0 and done.stdout.split()[-1:] == ["ran"], done.stdout + done.stderr[-3000:]

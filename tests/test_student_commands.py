@@ -273,6 +273,45 @@ def make_environment(folder: Path, env: dict[str, str]) -> dict[str, str]:
     return {**env, "PATH": path, "PYTHONPATH": pythonpath}
 
 
+def test_the_self_check_says_where_the_kernel_died(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A kernel that dies (a cell ends its own process with SIGSEGV, as lab 1's did with PyPI's CUDA
+    torch) is said as such: the cell by index and grade id, the signal, the points of the test cells
+    before it and what could not run; the command fails (issue 59)."""
+    def cell(source: str, gid: str | None = None, points: int = 0) -> dict:
+        meta = {"nbgrader": {"grade_id": gid, "grade": bool(points), "points": points, "solution": False,
+                             "locked": True, "schema_version": 3}} if gid else {}
+        return {"cell_type": "code", "execution_count": None, "metadata": meta, "outputs": [], "source": source}
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "language": "python",
+                                                                          "display_name": "Python 3"}},
+          "cells": [cell("x = 1"), cell("assert x == 1", "t-before", 2), cell("assert x == 2", "t-wrong", 1),
+                    {"cell_type": "markdown", "metadata": {}, "source": "The crash:"},
+                    cell("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", "crash"),
+                    cell("assert x == 1", "t-after", 3)]}
+    lab = tmp_path / "crash"
+    lab.mkdir()
+    (lab / "crash.ipynb").write_text(json.dumps(nb))
+    assert check.main([str(lab / "crash.ipynb"), "--timeout", "300"]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"^t-before\s+2/2\s+passed$", out, re.M), out
+    assert re.search(r"^t-after\s+0/3\s+FAILED$", out, re.M), out
+    died = "the kernel died in cell 4 (crash): segmentation fault (SIGSEGV)"
+    assert f"    could not run: {died}" in out, out
+    assert (f"crash.ipynb: {died}.\nThe 2 test cell(s) before it passed 2 of their 3 points; the other 1 "
+            f"(worth 3 of the 6 visible points) could not run.") in out, out
+    assert "0 / 0" not in out and "0/0" not in out, out
+
+
+def test_the_self_check_runs_the_python_it_is_given(tmp_path: Path) -> None:
+    """`make check PY=...` (and DPC_PYTHON): the notebook's kernel runs with the interpreter running the
+    check, even where the copy has a .venv of its own (issue 59: .venv's won before)."""
+    other = stand_in_env(tmp_path / "other")
+    done = subprocess.run([str(other), "-c", "from dpc_runtime import sandbox; print(sandbox.PYTHON)"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(other), done.stdout
+    assert (ROOT / ".venv").exists()
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The student release (tests/test_release.py's build)."""
@@ -444,7 +483,7 @@ def test_the_self_check_prints_a_failure_whole(tmp_path: Path, monkeypatch: pyte
             {"cell": "lab04-test-ok", "points": 1.0, "passed": True, "why": ""}]
     notebook = tmp_path / "lab.ipynb"
     notebook.write_text("{}")
-    monkeypatch.setattr(check, "check", lambda nb, timeout: rows)
+    monkeypatch.setattr(check, "check", lambda nb, timeout: (rows, ""))
     monkeypatch.setenv("COLUMNS", "80")
     assert check.main([str(notebook)]) == 1
     out = capsys.readouterr().out

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import textwrap
@@ -29,20 +30,55 @@ from dpc_runtime.notebook import nbgrader
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def kernel_death(nb, index: int | None, process) -> dict:
+    """Where and how the kernel died: the cell it was running (index in the notebook, grade id) and
+    the signal that ended it, or its exit code (process: the kernel's Popen, None when unknown)."""
+    code = process.poll() if process is not None else None
+    if code is not None and code < 0:
+        words = signal.strsignal(-code) or f"signal {-code}"
+        how = f"{words[:1].lower()}{words[1:]} ({signal.Signals(-code).name})"
+    elif code is not None:
+        how = f"it exited with code {code}"
+    else:
+        how = "it stopped answering"
+    gid = nbgrader(nb.cells[index]).get("grade_id", "") if index is not None else ""
+    return {"index": index, "grade_id": gid, "how": how}
+
+
+def died_line(died: dict) -> str:
+    """The kernel's death in words: the cell and the signal."""
+    where = (f"in cell {died['index']}" + (f" ({died['grade_id']})" if died["grade_id"] else "")
+             if died["index"] is not None else "before the first cell ran")
+    return f"the kernel died {where}: {died['how']}"
+
+
 def execute(notebook: Path, result: Path) -> None:
-    """Run notebook in place (its folder is a scratch copy) and write its test cells' results."""
+    """Run notebook in place (its folder is a scratch copy) and write its test cells' results, and
+    where the kernel died if it did."""
     import nbformat
     from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
 
     nb = nbformat.read(notebook, as_version=4)
     client = NotebookClient(nb, timeout_func=manifest.cell_timeout, interrupt_on_timeout=True,
                             allow_errors=True, kernel_name="python3",
                             resources={"metadata": {"path": str(notebook.parent)}})
-    client.execute()
+    seen: dict = {"index": None, "process": None}
+
+    def started(**_: object) -> None:
+        seen["process"] = getattr(getattr(client.km, "provisioner", None), "process", None)
+
+    client.on_notebook_start = started
+    client.on_cell_execute = lambda cell, cell_index, **_: seen.update(index=cell_index)
+    died = None
+    try:
+        client.execute()
+    except DeadKernelError:
+        died = kernel_death(nb, seen["index"], seen["process"])
     checks = notebook.with_name(f"{notebook.stem}.checks.json")
     reference = json.loads(checks.read_text()) if checks.exists() else {}
     rows = []
-    for cell in nb.cells:
+    for index, cell in enumerate(nb.cells):
         meta = nbgrader(cell)
         if not meta.get("grade") or cell.cell_type != "code":
             continue
@@ -50,16 +86,26 @@ def execute(notebook: Path, result: Path) -> None:
         why = f"{errors[0].get('ename')}: {errors[0].get('evalue')}".strip() if errors else ""
         wanted = reference.get(meta.get("grade_id"))
         judged = judge.verdict(wanted, judge.records(cell)) if wanted else None
-        ran = cell.get("execution_count") is not None
+        ran = cell.get("execution_count") is not None and not (died and index >= (died["index"] or 0))
+        unrun = f"could not run: {died_line(died)}" if died else "did not run"
         rows.append({"cell": meta.get("grade_id", "?"), "points": float(meta.get("points", 0)),
                      "passed": not errors and ran and not judged,
-                     "why": why or ("" if ran else "did not run") or
+                     "why": why or ("" if ran else unrun) or
                             (f"the grader's own check: {judged}" if judged else "")})
-    result.write_text(json.dumps(rows))
+    result.write_text(json.dumps({"rows": rows, "died": died}))
 
 
-def check(notebook: Path, timeout: float) -> list[dict]:
-    """Copy the notebook's folder to a scratch folder, run it there (sandboxed), return its rows."""
+def unrun_rows(notebook: Path, why: str) -> list[dict]:
+    """Every test cell of notebook, failed with `why` (the notebook could not be run to the end)."""
+    nb = json.loads(notebook.read_text())
+    return [{"cell": nbgrader(c).get("grade_id", "?"), "points": float(nbgrader(c).get("points", 0)),
+             "passed": False, "why": why}
+            for c in nb["cells"] if c.get("cell_type") == "code" and nbgrader(c).get("grade")]
+
+
+def check(notebook: Path, timeout: float) -> tuple[list[dict], str]:
+    """Copy the notebook's folder to a scratch folder, run it there (sandboxed): its rows, and why it
+    could not be run to the end ('' when it could)."""
     with tempfile.TemporaryDirectory(prefix="dpc-check-") as tmp:
         scratch = Path(tmp)
         work = scratch / notebook.parent.name
@@ -78,15 +124,21 @@ def check(notebook: Path, timeout: float) -> list[dict]:
             sandbox.hand_over(scratch)  # run by root, the notebook runs as the sandbox's user
         limits = sandbox.Limits()
         done = sandbox.run_limited(argv, work, env, timeout, limits, capture=False, watch=scratch)
+        if result.exists():
+            out = json.loads(result.read_text())
+            return out["rows"], died_line(out["died"]) if out["died"] else ""
         if done.disk_full:
-            print(f"check: {notebook.name} wrote more than {limits.disk >> 20} MiB of files in all: "
-                  f"stopped", file=sys.stderr)
+            why = f"it wrote more than {limits.disk >> 20} MiB of files in all: stopped"
         elif done.code == -1:
-            print(f"check: {notebook.name} still running after {timeout:.0f} s: stopped", file=sys.stderr)
-        if not result.exists():
-            return [{"cell": "(notebook)", "points": 0.0, "passed": False,
-                     "why": "the notebook could not be run to the end (see the messages above)"}]
-        return json.loads(result.read_text())
+            why = f"it was still running after {timeout:.0f} s: stopped"
+        elif done.out_of_memory:
+            why = f"it used more than its {limits.memory >> 30} GiB of memory: stopped"
+        elif done.code < 0 or done.code > 128:
+            number = -done.code if done.code < 0 else done.code - 128
+            why = f"the check's process was killed ({signal.Signals(number).name})"
+        else:
+            why = f"the check's process exited with code {done.code} (its messages are above)"
+        return unrun_rows(notebook, f"could not run: {why}"), why
 
 
 def table(rows: list[dict], columns: int | None = None) -> list[str]:
@@ -131,14 +183,20 @@ def main(argv: list[str] | None = None) -> int:
     for nb in notebooks:
         print(f"check: running {nb} top to bottom {where}, with the grader's time limits ...",
               flush=True)
-        rows = check(nb.resolve(), a.timeout)
+        rows, stopped = check(nb.resolve(), a.timeout)
         print("\n" + "\n".join(table(rows)))
         got = sum(r["points"] for r in rows if r["passed"])
         total = sum(r["points"] for r in rows)
         bad = sum(not r["passed"] for r in rows)
-        failed += bad
-        print(f"{nb.name}: {got:g} / {total:g} visible points, {bad} test cell(s) failed "
-              f"(the grader also runs hidden tests)\n")
+        failed += bad or bool(stopped)
+        if stopped:
+            ran = [r for r in rows if not r["why"].startswith("could not run")]
+            print(f"{nb.name}: {stopped}.\nThe {len(ran)} test cell(s) before it passed {got:g} of their "
+                  f"{sum(r['points'] for r in ran):g} points; the other {len(rows) - len(ran)} (worth "
+                  f"{total - sum(r['points'] for r in ran):g} of the {total:g} visible points) could not run.\n")
+        else:
+            print(f"{nb.name}: {got:g} / {total:g} visible points, {bad} test cell(s) failed "
+                  f"(the grader also runs hidden tests)\n")
     return 1 if failed else 0
 
 

@@ -53,8 +53,9 @@ INSTALL = "as root: apt-get install bubblewrap"
 OFF_HINT = "DPC_SANDBOX=off runs student code with your rights (only where you accept that risk)"
 # Where a sandbox that starts sandboxes also sees the host's /proc (see _base_args: host_proc).
 HOST_PROC = "/run/dpc-host-proc"
-# The course's interpreter: kernels and the self-check run with it.
-PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+# The course's interpreter, kernels' and the self-check's: the one running this (make's PY: .venv's
+# python unless PY=... or DPC_PYTHON names another environment).
+PYTHON = sys.executable
 
 
 @dataclass(frozen=True)

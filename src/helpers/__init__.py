@@ -29,7 +29,7 @@ import subprocess
 from collections.abc import Sequence
 
 from dpc_runtime.launch import LaunchError, LaunchResult, free_port, launch, quiet_env
-from dpc_runtime.quiet import harmless, import_tensorflow, quiet_stderr
+from dpc_runtime.quiet import harmless, import_tensorflow, keep_tensorflow_private, quiet_stderr
 
 from . import worker
 from .data import SlowSource, WhoLoads, digits, load_images, synthetic_images, tf_pipeline_ops
@@ -53,11 +53,16 @@ from .timing import (
     usable_cores,
 )
 
+# Before anything imports TensorFlow in this process: its libraries then stay private, and PyTorch's
+# triton (its CUDA build) can be loaded after it (dpc_runtime.quiet; a kernel died of this, issue 59).
+keep_tensorflow_private()
+
 __all__ = [
     "DeviceError", "EpochClock", "Inventory", "LaunchError", "LaunchResult", "ScalingRow",
     "SlowSource", "Timer", "WhoLoads", "TorchPlan", "busy_per_window", "cpu_cores", "digits",
-    "format_table", "free_port", "harmless", "import_tensorflow", "inventory", "keras_epoch_timer", "launch",
-    "load_images", "MachineCheck", "MachineWatch", "measure", "named_ranges", "plot_breakdown", "plot_speedup",
+    "format_table", "free_port", "harmless", "import_tensorflow", "inventory", "keep_tensorflow_private",
+    "keras_epoch_timer", "launch", "load_images", "MachineCheck", "MachineWatch", "measure", "named_ranges",
+    "plot_breakdown", "plot_speedup",
     "quiet_env", "quiet_stderr", "relative_spread", "scaling_table", "sh", "speedup_table", "synthetic_images",
     "tf_devices", "tf_pipeline_ops", "throughput", "torch_plan", "usable_cores", "worker",
 ]
