@@ -37,6 +37,8 @@ inputs show anyway, and no answer.
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill, tiered
 
@@ -206,12 +208,18 @@ def _wanted():
 }
 assert "DPC_GRADE_SEED" in PEEKER["lab02-input"] and "def make_dataset_fn" in PEEKER["lab02-input"]
 
+# Correct, but the kernel dies in its last answer cell (a segmentation fault, as lab 1's did when
+# PyPI's CUDA torch loaded triton after TensorFlow, issue 59): graded up to there.
+CRASHER = {**ALTERNATIVE, "lab02-accuracy": "import os, signal\n\nos.kill(os.getpid(), signal.SIGSEGV)\n"
+           + ALTERNATIVE["lab02-accuracy"]}
+
 
 @pytest.fixture(scope="module")
 def graded(request, tmp_path_factory) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     gate = {s: {name: fill(RELEASE, a)} for s, a in [("alternative", ALTERNATIVE), ("wrong", WRONG)]}
-    full = {s: {name: fill(RELEASE, a)} for s, a in [("tamper", TAMPERING), ("peeker", PEEKER)]}
+    full = {s: {name: fill(RELEASE, a)} for s, a in [("tamper", TAMPERING), ("peeker", PEEKER),
+                                                       ("crasher", CRASHER)]}
     students = tiered(request, gate, full)
     # TensorFlow's import alone can take half a minute on a busy 2-core box: a generous default.
     return grade_all(LAB, students, tmp_path_factory.mktemp("grading"), cell_timeout=90,
@@ -249,6 +257,20 @@ def test_answers_read_off_the_tests_frames_get_no_points_and_the_kernel_has_no_s
     assert row["status"] == "graded", row
     assert lost(row) == {"lab02-test-lr", "lab02-test-accuracy"}, row
     assert row["score"] == "5", row
+
+
+@pytest.mark.full
+def test_a_kernel_that_dies_is_graded_up_to_its_death_and_said_so(graded):
+    """The kernel dies in the accuracy answer's cell: the three tests before it keep their 6 points, the
+    accuracy test (2) could not run, and the note names the cell, the signal and what the points mean."""
+    row = graded["crasher"]
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "6", "8"), row
+    assert lost(row) == {"lab02-test-accuracy"}, row
+    cell = next(i for i, c in enumerate(json.loads(RELEASE.read_text())["cells"])
+                if c["metadata"].get("nbgrader", {}).get("grade_id") == "lab02-accuracy")
+    assert (f"mirrored-strategy.ipynb: the kernel died in cell {cell} (lab02-accuracy): segmentation fault "
+            f"(SIGSEGV); the 3 test cell(s) before it passed 6 of their 6 points; the other 1 (2 points) "
+            f"could not run") in row["notes"], row
 
 
 @pytest.mark.gate

@@ -12,8 +12,11 @@ Five submissions keep it cheap (each grading run starts TensorFlow with 4 logica
              tests and the test that watches where each gradient is combined, and nothing else;
   summing  - sums the tower gradients and the tower losses instead of weighting them, and gives
              every tower the whole batch (forgot to split): loses the split, equal, uneven and loss
-             tests, and nothing else: the gradients are combined on the right devices, and clipping
-             N times the gradient to a norm below the gradient's gives the same clipped step;
+             tests, and the clipping test by its hidden case whose clip does not bite (clipping N
+             times the gradient to a norm below the gradient's gives the same clipped step: only an
+             inactive clip shows the N, issue 59); the gradients are combined on the right devices;
+  rescaling - correct, but always scales the gradient to clip_norm (no min(1, ...)): right while the
+             clip bites, wrong when the norm is below it: loses the clipping test alone;
   unweighted - breaks the placement's ties towards the highest device index (every variable on the
              mirror device: same balance), plain mean of gradients and losses when the slices are
              uneven, clips every tower's gradient before combining, and keeps a gradient buffer per
@@ -182,6 +185,11 @@ UNWEIGHTED = {
     return tf.reduce_mean(tf.stack(losses))''',
 }
 
+RESCALING = {"lab04-place-variables": PLACE,
+             "lab04-tower-step": STEP.replace("tf.minimum(1.0, clip_norm / tf.sqrt(tf.add_n(partial)))",
+                                              "clip_norm / tf.sqrt(tf.add_n(partial))")}
+assert RESCALING["lab04-tower-step"] != STEP, "the mutation must apply"
+
 OWN_VARIABLES = {
     "lab04-place-variables": PLACE,
     # Right slices, devices, weights, clipping and loss, but every tower builds its own copy of the weights.
@@ -271,13 +279,14 @@ def submission(answers: dict[str, str]) -> dict:
 LOSES = {
     "correct": set(),
     "transplanted": {"lab04-test-place", "lab04-test-balance", "lab04-test-placement"},
-    "summing": {"lab04-test-split", "lab04-test-equal", "lab04-test-uneven", "lab04-test-loss"},
+    "summing": {"lab04-test-split", "lab04-test-equal", "lab04-test-uneven", "lab04-test-loss", "lab04-test-clip"},
+    "rescaling": {"lab04-test-clip"},
     # the mirrored ties cost the place test, not the balance
     "unweighted": {"lab04-test-place", "lab04-test-uneven", "lab04-test-loss", "lab04-test-clip", "lab04-test-shared"},
     "own-variables": {"lab04-test-shared"},
     "peeker": {"lab04-test-place", "lab04-test-balance"},
 }
-SCORES = {"correct": "14", "transplanted": "8", "summing": "8", "unweighted": "7", "own-variables": "13",
+SCORES = {"correct": "14", "transplanted": "8", "summing": "7", "rescaling": "13", "unweighted": "7", "own-variables": "13",
           "peeker": "10", "tamper": "0"}
 
 
@@ -287,7 +296,7 @@ def graded(request, tmp_path_factory) -> dict[str, dict[str, str]]:
     # the gate: the reference, a correct answer and the chapter's recipe (a plausible mistake)
     gate = {s: {name: submission(a)} for s, a in [("correct", CORRECT), ("transplanted", TRANSPLANTED)]}
     full = {s: {name: submission(a)} for s, a in [
-        ("summing", SUMMING), ("unweighted", UNWEIGHTED), ("own-variables", OWN_VARIABLES), ("tamper", TAMPERING),
+        ("summing", SUMMING), ("rescaling", RESCALING), ("unweighted", UNWEIGHTED), ("own-variables", OWN_VARIABLES), ("tamper", TAMPERING),
         ("peeker", PEEKER)]}
     students = tiered(request, gate, full)
     # Generous limits: five TensorFlow start-ups on a shared 2-core box.
@@ -316,6 +325,15 @@ def test_summing_and_not_splitting_lose_their_tests(graded):
     assert row["status"] == "graded"
     assert lost(row) == LOSES["summing"], row
     assert row["score"] == SCORES["summing"]
+
+
+@pytest.mark.full
+def test_a_clip_that_always_rescales_loses_the_clipping_test_alone(graded):
+    """Right while the clip bites; the hidden case whose gradient's norm is below clip_norm tells it."""
+    row = graded["rescaling"]
+    assert row["status"] == "graded"
+    assert lost(row) == LOSES["rescaling"], row
+    assert row["score"] == SCORES["rescaling"]
 
 
 @pytest.mark.full

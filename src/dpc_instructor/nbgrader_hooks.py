@@ -12,7 +12,9 @@ reference run (`record_to`), it writes the reference's records instead.
 
 `TimedExecute` is nbgrader's Execute that logs each cell it interrupts at its time limit: its grade id,
 the limit and the moment (TIMEOUT_LINE), so that the grader can tell, from what the job's threads did
-meanwhile (dpc_runtime.cpuwait), a slow or stuck cell from one starved by a busy machine.
+meanwhile (dpc_runtime.cpuwait), a slow or stuck cell from one starved by a busy machine. When the
+kernel dies it logs where and how (KERNEL_DIED_LINE) and fails every cell it could not run, so the
+notebook is still graded: the cells before the death keep what they earned.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nbclient.exceptions import DeadKernelError
 from nbconvert.preprocessors import ClearMetadataPreprocessor, Preprocessor
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import (
@@ -35,7 +38,7 @@ from nbgrader.utils import is_grade
 from traitlets import Bool, Unicode
 
 from dpc_instructor import markers
-from dpc_runtime import judge
+from dpc_runtime import check, judge
 
 # nbgrader's own list, in its order (tests/test_grade_units.py checks it still is)
 NBGRADER_AUTOGRADE = [Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
@@ -46,8 +49,39 @@ NBGRADER_AUTOGRADE = [Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOu
 TIMEOUT_LINE = r"dpc-timeout (\S+) (\d+) s at (\d+\.\d+)"
 
 
+# what TimedExecute logs when the kernel dies: the cell's index, its grade id ("-": none), the kernel's exit code
+KERNEL_DIED_LINE = r"dpc-kernel-died (\d+) (\S+) (-?\d+|none)"
+
+
 class TimedExecute(Execute):
-    """nbgrader's Execute; a cell interrupted at its time limit is logged (TIMEOUT_LINE)."""
+    """nbgrader's Execute; a cell interrupted at its time limit is logged (TIMEOUT_LINE). When the
+    kernel dies (a segmentation fault, an abort) the cell it ran and every later code cell get an
+    error saying so (nbgrader would give an unrun test cell its points), it is logged
+    (KERNEL_DIED_LINE), and the cells before it are graded as usual."""
+
+    died = ""  # "the kernel died in cell N (gid): how" once it has, for this notebook
+
+    def preprocess(self, nb, resources=None, km=None):
+        """Execute nb's cells (a fresh record of the kernel's death per notebook)."""
+        self.died = ""
+        return super().preprocess(nb, resources, km)
+
+    def preprocess_cell(self, cell, resources, index):
+        """Execute one cell; after the kernel's death, say why it could not run."""
+        if not self.died:
+            try:
+                return super().preprocess_cell(cell, resources, index)
+            except DeadKernelError:
+                process = getattr(getattr(self.km, "provisioner", None), "process", None)
+                code = process.poll() if process is not None else None
+                gid = cell.metadata.get("nbgrader", {}).get("grade_id") or ""
+                self.log.error("dpc-kernel-died %d %s %s", index, gid or "-", "none" if code is None else code)
+                self.died = (f"the kernel died in cell {index}" + (f" ({gid})" if gid else "")
+                             + f": {check.death_words(code)}")
+        if cell.cell_type == "code":
+            cell.outputs = [new_output("error", ename="KernelDied", evalue=f"could not run: {self.died}",
+                                       traceback=[f"KernelDied: could not run: {self.died}"])]
+        return cell, resources
 
     async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
         """Log the cell interrupted at its time limit (TIMEOUT_LINE), then interrupt it as nbclient does."""
@@ -94,6 +128,8 @@ class Judge(Preprocessor):
                 continue
             gid = cell.metadata["nbgrader"]["grade_id"]
             found[gid] = judge.records(cell)
+            if any(o.get("ename") == "KernelDied" for o in cell.get("outputs", [])):
+                continue  # it could not run (TimedExecute): nothing to judge
             outputs = []
             for output in cell.get("outputs", []):
                 if judge.MIME in output.get("data", {}):

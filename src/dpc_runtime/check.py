@@ -30,19 +30,21 @@ from dpc_runtime.notebook import nbgrader
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def death_words(code: int | None) -> str:
+    """How a kernel ended, in words, from its exit code: a signal (negative, or 128 + the signal's
+    number as bubblewrap and shells report it) by its name, another code as a number."""
+    number = -code if code is not None and code < 0 else code - 128 if code is not None and 128 < code < 160 else 0
+    if number:
+        words = signal.strsignal(number) or f"signal {number}"
+        return f"{words[:1].lower()}{words[1:]} ({signal.Signals(number).name})"
+    return "it stopped answering" if code is None else f"it exited with code {code}"
+
+
 def kernel_death(nb, index: int | None, process) -> dict:
     """Where and how the kernel died: the cell it was running (index in the notebook, grade id) and
     the signal that ended it, or its exit code (process: the kernel's Popen, None when unknown)."""
-    code = process.poll() if process is not None else None
-    if code is not None and code < 0:
-        words = signal.strsignal(-code) or f"signal {-code}"
-        how = f"{words[:1].lower()}{words[1:]} ({signal.Signals(-code).name})"
-    elif code is not None:
-        how = f"it exited with code {code}"
-    else:
-        how = "it stopped answering"
     gid = nbgrader(nb.cells[index]).get("grade_id", "") if index is not None else ""
-    return {"index": index, "grade_id": gid, "how": how}
+    return {"index": index, "grade_id": gid, "how": death_words(process.poll() if process is not None else None)}
 
 
 def died_line(died: dict) -> str:

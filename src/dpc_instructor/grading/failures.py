@@ -10,6 +10,7 @@ on a calm machine): the note or the status then says what was measured.
 """
 from __future__ import annotations
 
+import json
 import re
 import signal
 
@@ -43,6 +44,30 @@ def host_failure(done: sandbox.Outcome) -> str | None:
     if number in HOST_SIGNALS:
         return f"the job was killed from outside ({signal.Signals(number).name}), not by a limit"
     return None
+
+
+def kernel_died(output: str, graded: dict[str, bytes]) -> str | None:
+    """What a job's kernel death means for its grade (None: no kernel died), from its log
+    (nbgrader_hooks.KERNEL_DIED_LINE) and its graded notebooks (name: bytes): the cell, how it died,
+    the points the test cells before it earned and those that could not run."""
+    if not re.search(nbgrader_hooks.KERNEL_DIED_LINE, output):
+        return None
+    lines = []
+    for name, data in sorted(graded.items()):
+        nb = json.loads(data.decode("utf-8"))
+        tests = [(i, c) for i, c in enumerate(nb["cells"])
+                 if c.get("cell_type") == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+        unrun = [c for _, c in tests if any(o.get("ename") == "KernelDied" for o in c.get("outputs", []))]
+        if not unrun:
+            continue
+        why = next(o["evalue"] for o in unrun[0]["outputs"] if o.get("ename") == "KernelDied")
+        ran = [c for _, c in tests if c not in unrun]
+        points = lambda cells: sum(float(c["metadata"]["nbgrader"].get("points", 0)) for c in cells)  # noqa: E731
+        passed = [c for c in ran if not any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+        lines.append(f"{name}.ipynb: {why.removeprefix('could not run: ')}; the {len(ran)} test cell(s) before "
+                     f"it passed {points(passed):g} of their {points(ran):g} points; the other {len(unrun)} "
+                     f"({points(unrun):g} points) could not run")
+    return "; ".join(lines) or "the kernel died (see the log)"
 
 
 def cell_timeouts(output: str) -> list[tuple[str, int, float]]:

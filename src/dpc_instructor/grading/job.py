@@ -20,6 +20,7 @@ followed, and the note column says what was left out.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 import uuid
@@ -28,7 +29,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from dpc_instructor import gradebook, nbgrader_hooks
-from dpc_instructor.grading.failures import busy_timeout, cell_timeouts, host_failure, measured, why_failed
+from dpc_instructor.grading.failures import (
+    busy_timeout,
+    cell_timeouts,
+    host_failure,
+    kernel_died,
+    measured,
+    why_failed,
+)
 from dpc_instructor.grading.intake import Student
 from dpc_instructor.grading.record import record
 from dpc_instructor.grading.repair import repair
@@ -178,6 +186,22 @@ def _grade_one(st: Student, run: Run) -> Student:
                  lambda scratch: nbgrader_hooks.job_config(reference=scratch / REFERENCE), judged, st.retried)
 
 
+def graded_notebooks(scratch: Path, sid: str, run: Run) -> dict[str, bytes]:
+    """sid's graded notebooks in the job folder scratch (name: bytes), read as regular files only."""
+    found = {}
+    top = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in run.release:
+            try:
+                found[name] = sandbox.read_regular(top, ["autograded", sid, run.lab, f"{name}.ipynb"],
+                                                   run.limits.file_size)
+            except (OSError, sandbox.Refused):
+                continue
+    finally:
+        os.close(top)
+    return found
+
+
 def _grade_in(st: Student, run: Run, scratch: Path, done: sandbox.Outcome, host: str | None) -> Student:
     """st's grade from the outcome `done` of the last try in the job folder scratch (removed by the
     caller), judged against the reference; host: that try's failure of the grading machine
@@ -199,6 +223,8 @@ def _grade_in(st: Student, run: Run, scratch: Path, done: sandbox.Outcome, host:
         st.status = f"not graded: used more than {run.limits.memory >> 30} GiB of memory"
     elif code == 0 and cell_timeouts(out):  # graded; the interrupted cell lost its points
         st.notes.append(f"{measured(done)}: past its limit by itself, not for want of a CPU")
+    if code == 0 and (died := kernel_died(out, graded_notebooks(scratch, st.id, run))):
+        st.notes.append(died)  # graded: the cells before the death kept their points
     if code != 0 and not st.status.startswith("not graded"):
         log = run.course.root / "logs" / f"autograde-{run.lab}-{st.id}.log"
         log.parent.mkdir(exist_ok=True)
