@@ -425,7 +425,11 @@ def test_a_starved_thread_is_seen_waiting_and_a_sleeping_one_is_not():
             sampled.sample()
         ran, waited = sampled.series[-1][1:]
         assert ran >= 0.3 and waited > ran, (ran, waited)
-    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    # It says when its interpreter has started: what it ran and waited before that (more than 0.05 s
+    # on a loaded machine) is no part of its sleep.
+    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; print('asleep', flush=True); sys.stdin.read()"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert sleeper.stdout is not None and sleeper.stdout.readline() == b"asleep\n"
     sampled = cpuwait.CpuWaits(sleeper.pid)
     sampled.sample()
     before = sampled.series[-1][1:]
