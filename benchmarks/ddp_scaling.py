@@ -68,7 +68,7 @@ def worker(steps: int, batch: int, warmup: int, local: bool = False) -> None:
 
 def run(nprocs: int, steps: int, batch: int, warmup: int, local: bool = False) -> float:
     """Launch nprocs ranks with torchrun; return the samples/s rank 0 measured."""
-    from helpers.launch import launch
+    from helpers import launch
 
     res = launch(__file__, nprocs, args=["--worker", "--steps", str(steps), "--batch", str(batch),
                                          "--warmup", str(warmup), *(["--independent"] if local else [])],

@@ -70,3 +70,45 @@ def test_summary_only_reads_earlier_results(tmp_path):
     assert run_all.main(["--out", str(out), "--summary-only", "--only", "ring_allreduce"]) == 0
     assert "course ring / gloo, 2 ranks, 16 MB | 0.82x | >= 0.8x: met" in (out / "summary.md").read_text()
     assert run_all.main(["--out", str(out), "--summary-only", "--only", "mirrored"]) == 1
+
+
+FIRST_PARTY = ("helpers", "dpc_runtime", "dpc_setup", "dpc_instructor", "dpc_maintainer")
+
+
+def first_party_imports(path):
+    """(line, module, name or None) of every import of the course's own packages in a script."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, None) for a in node.names if a.name.split(".")[0] in FIRST_PARTY]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in FIRST_PARTY:
+            found += [(node.lineno, node.module, a.name) for a in node.names]
+    return found
+
+
+def test_every_benchmark_and_example_imports_what_exists():
+    """Every import of the course's packages in benchmarks/ and examples/ (inside functions too) names a
+    module or a name that exists: a stale one (helpers.launch, a module no more: `make bench` failed,
+    issue 56) fails here, not in front of a student."""
+    import importlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    scripts = sorted([*(root / "benchmarks").glob("*.py"), *(root / "examples").rglob("*.py")])
+    assert len(scripts) >= 10, scripts
+    stale = []
+    for path in scripts:
+        for line, module, name in first_party_imports(path):
+            try:
+                imported = importlib.import_module(module)
+            except ImportError as err:
+                stale.append(f"{path.relative_to(root)}:{line}: {module}: {err}")
+                continue
+            if name is not None and not hasattr(imported, name):
+                try:
+                    importlib.import_module(f"{module}.{name}")
+                except ImportError:
+                    stale.append(f"{path.relative_to(root)}:{line}: {module} has no {name}")
+    assert not stale, "\n".join(stale)
