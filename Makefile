@@ -12,7 +12,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 LAB ?= 01-input-pipeline
 OUT ?= grades.csv
 # The course gradebook every `make grade` adds to (`make grades`, `make feedback` read it).
-COURSE ?= build/course
+COURSE ?= gradebook
 JOBS ?=
 
 .PHONY: help setup horovod lab lint test book labs grade grades report feedback check solutions bench soak clean release class-env classroom-test classroom-fairness
@@ -34,7 +34,7 @@ help:
 	@echo "make labs   regenerate labs/ (student copies) from solutions/"
 	@echo "make book   the course as a website in build/book/ (chapters with outputs, labs as released,"
 	@echo "            search, offline): its own environment build/book-env (requirements-book.txt); book/hub.yml"
-	@echo "make grade SUBMISSIONS=dir LAB=... [JOBS=N] [COURSE=build/course] [OUT=grades.csv]"
+	@echo "make grade SUBMISSIONS=dir LAB=... [JOBS=N] [COURSE=gradebook] [OUT=grades.csv]"
 	@echo "            autograde a folder of submissions, N at a time, sandboxed, into the course gradebook"
 	@echo "            (SLURM=1 [SLURM_ARGS=\"--partition=P --account=A\"]: one SLURM task per student; again resumes)"
 	@echo "make grades [COURSE=...] [OUT=course-grades.csv]   the whole course as one CSV"
@@ -146,7 +146,7 @@ grade: setup
 grades: setup
 	$(PY) -m dpc_instructor.gradebook export --course "$(COURSE)" --out "$(if $(filter command line,$(origin OUT)),$(OUT),course-grades.csv)"
 
-# `make report [COURSE=build/course] [OUT=build/report]`: OUT/index.html (src/dpc_instructor/report.py).
+# `make report [COURSE=gradebook] [OUT=build/report]`: OUT/index.html (src/dpc_instructor/report.py).
 report: setup
 	$(PY) -m dpc_instructor.report --course "$(COURSE)" --out "$(if $(filter command line,$(origin OUT)),$(OUT),build/report)"
 
@@ -192,7 +192,11 @@ PREFIX ?= /opt/dp-course
 class-env:
 	@bash src/dpc_setup/class_env.sh "$(PREFIX)"
 
+# What runs wrote; never a gradebook: the default one (gradebook/) is not under build/, and one that an
+# earlier COURSE= put there stops the clean (move it out first).
 clean:
+	@kept=$$(find build -name gradebook.db -printf '%h ' 2>/dev/null); \
+	  if [ -n "$$kept" ]; then echo "clean: build/ holds a gradebook ($$kept): nothing removed; move it out of build/ (or export it: make grades COURSE=...) and clean again"; exit 1; fi
 	rm -rf build course/runs solutions/*/runs
 
 # `make classroom-test [CLASSROOM_LAB=05-ring-allreduce|all] [CLASSROOM_ARGS="--students 3 --keep"]`: a real

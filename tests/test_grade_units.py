@@ -7,6 +7,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -453,3 +454,26 @@ def test_the_seed_probe_finds_the_seed_in_the_environment_or_a_file(tmp_path, mo
     monkeypatch.setenv("DPC_GRADE_SEED", "1")
     with pytest.raises(RuntimeError, match="environment"):
         exec(code, {})
+
+
+def test_make_clean_keeps_every_gradebook(tmp_path):
+    """`make clean` removes what runs wrote and never a gradebook (issue 56: the default one was
+    build/course, which it removed): the default lives in gradebook/, and a gradebook that an earlier
+    COURSE= put under build/ stops the clean with one line that says where, nothing removed."""
+    assert not gradebook.DEFAULT.is_relative_to(gradekit.ROOT / "build"), gradebook.DEFAULT
+    shutil.copy(gradekit.ROOT / "Makefile", tmp_path / "Makefile")
+    term = tmp_path / gradebook.DEFAULT.relative_to(gradekit.ROOT) / "gradebook.db"
+    wrote = [tmp_path / "build" / "nbtest" / "x.ipynb", tmp_path / "course" / "runs" / "10" / "train.py"]
+    for path in [term, *wrote]:
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"grades of the term")
+    done = subprocess.run(["make", "clean"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not any(p.exists() for p in wrote) and term.read_bytes() == b"grades of the term"
+    old = tmp_path / "build" / "course" / "gradebook.db"  # the default before issue 56
+    old.parent.mkdir(parents=True)
+    old.write_bytes(b"last term")
+    done = subprocess.run(["make", "clean"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "clean: build/ holds a gradebook (build/course ): nothing removed" in done.stdout, (
+        done.stdout + done.stderr)
+    assert old.read_bytes() == b"last term" and term.exists()

@@ -3,7 +3,7 @@
     python -m dpc_instructor.gradebook export [--course DIR] [--out course-grades.csv]   (make grades)
     python -m dpc_instructor.gradebook feedback [--course DIR] [--out DIR]               (make feedback)
 
-The course folder (default build/course; `COURSE=...` with make) is an nbgrader course:
+The course folder (default gradebook/, ignored by git and kept by `make clean`; `COURSE=...` with make) is an nbgrader course:
     gradebook.db               nbgrader's gradebook (all labs, all students)
     source/<lab>/, release/    the labs as last graded
     submitted/<student>/<lab>/ what each student handed in, as graded last (with KEPT files)
@@ -35,7 +35,7 @@ from dpc_runtime import notebook, sandbox  # sandbox.run_limited runs every nbgr
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-DEFAULT = ROOT / "build" / "course"
+DEFAULT = ROOT / "gradebook"  # outside build/: `make clean` never removes a term's grades (issue 56)
 # nbgrader's files beside a submission (nbgrader's layout only), kept with it in the course: the time
 # handed in (late-submission rules) and the secret `nbgrader release_feedback` names feedback by.
 KEPT = ("timestamp.txt", "submission_secret.txt")

@@ -1,7 +1,7 @@
 """The last stage of grading: a student's result added to the course gradebook (record), and the run's
 CSV (write_csv).
 
-The result is added to the course gradebook (src/dpc_instructor/gradebook.py; default build/course): a
+The result is added to the course gradebook (src/dpc_instructor/gradebook.py; default gradebook/): a
 regraded student replaces only their own lab; everyone else is untouched; runs may overlap. The CSV
 written by --out has one row per student of this run; `make grades` exports the whole course.
 """
