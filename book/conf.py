@@ -40,5 +40,7 @@ html_theme_options = {
     "use_fullscreen_button": False,
     "use_repository_button": False,
     "navigation_with_keys": False,
+    # the licences (LICENSE, LICENSE-CONTENT.md): on every page
+    "extra_footer": "<p>Text and notebooks: CC BY 4.0; code: BSD-3-Clause.</p>",
 }
 html_context = {"default_mode": "auto"}  # light or dark as the reader's system is (the switch in the header)

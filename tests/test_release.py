@@ -41,7 +41,7 @@ FORBIDDEN = ["solutions", "tests", "src/dpc_instructor", "src/dpc_maintainer", "
              "src/dpc_maintainer/solutions.py", ".github", "build", "CONTRIBUTING.md", "course/runs"]
 TOP_LEVEL = {".git", ".gitignore", "Makefile", "README.md", "benchmarks", "course", "course.yml",
              "environment.yml", "examples", "labs", "nbgrader_config.py", "pyproject.toml", "requirements.txt",
-             "requirements-hub.txt",
+             "requirements-hub.txt", "LICENSE", "LICENSE-CONTENT.md",
              "slurm", "src"}
 
 
@@ -141,7 +141,10 @@ def test_nothing_of_the_instructors_side_is_released(built: Path) -> None:
 
 
 def test_the_self_check_tools_are_released(built: Path) -> None:
-    """src/dpc_runtime/check.py and src/dpc_runtime/sandbox.py ship as they are here, with nbgrader_config.py's limits."""
+    """src/dpc_runtime/check.py and src/dpc_runtime/sandbox.py ship as they are here, with nbgrader_config.py's
+    limits, and so do both licences (issue 56: the code's BSD-3-Clause, the text's CC BY 4.0)."""
+    assert {"LICENSE", "LICENSE-CONTENT.md"} <= set(release.REQUIRED)
+    assert "BSD 3-Clause" in (built / "LICENSE").read_text() and "CC BY 4.0" in (built / "LICENSE-CONTENT.md").read_text()
     for rel in release.REQUIRED:
         colleague_file(rel)
         assert (built / rel).read_bytes() == (ROOT / rel).read_bytes()

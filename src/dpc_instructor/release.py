@@ -58,9 +58,10 @@ INCLUDE = [
     "nbgrader_config.py",  # per-cell time limits of the self-check (read from course.yml)
     "pyproject.toml", "requirements.txt", "environment.yml",
     "requirements-hub.txt",  # the class environment of a hub (src/dpc_setup/class_env.sh)
+    "LICENSE", "LICENSE-CONTENT.md",  # the code's licence (BSD-3-Clause) and the text's (CC BY 4.0)
 ]
-# The self-check: must be in the release (its folder ships; this says it must not be empty of it).
-REQUIRED = ["src/dpc_runtime/check.py", "src/dpc_runtime/sandbox.py"]
+# The self-check and the licences: must be in the release (a missing one stops it).
+REQUIRED = ["src/dpc_runtime/check.py", "src/dpc_runtime/sandbox.py", "LICENSE", "LICENSE-CONTENT.md"]
 # Never in a release, even if a folder above came to hold them: the instructor's and maintainers' rooms.
 FORBIDDEN = [
     "solutions", "tests", "src/dpc_instructor", "src/dpc_maintainer", ".github", ".ci", "build",
