@@ -1,8 +1,10 @@
 """Lab 10 (which rank, and why; a snapshot that resumes bit for bit) graded end to end: submissions
 built from the student copy in labs/ are autograded by src/dpc_instructor/grade.py, each running
 the lab's five failing torchrun jobs (the ones a student saw) and three torchrun launches with
-restarts; the hidden tests run each `diagnose` on ten jobs the grader drew from the run's seed and
-launched itself, outside every kernel (grade.make_cases), of which the kernel gets the evidence only.
+restarts; the hidden tests run each `diagnose` on 22 jobs the grader launched itself, outside every
+kernel (grade.make_cases), of which the kernel gets the evidence only: one of each kind drawn from the
+run's seed and the lab's six EDGE_JOBS (a hang, a mismatch and a death at the first step and at the
+last, rank 0 and the last rank), each as it ran and renumbered, in an order drawn from the seed.
 
 A correct `diagnose` written differently from the reference gets full marks (it tells a hang by the
 Flight Recorder dump the stuck rank never wrote, a straggler by who waited least, a slow first step
@@ -10,15 +12,21 @@ by the compute times the ranks printed), with a snapshot written another way; th
 passes, or the grader refuses to grade (dpc_instructor.grading.reference.reference). The typical mistakes lose
 exactly the points of the tests they break: blaming the ranks that failed after a rank was killed
 (the victims) loses the crash test; calling a straggler a hang loses the straggler test; a
-snapshot that adds the scheduler but forgets the input-noise generator loses the resume test.
+snapshot that adds the scheduler but forgets the input-noise generator loses the resume test, and
+its message names the first step that differs in every attempt's steps (the first restart's, not the
+last attempt's: issue 58). Two mistakes that only the edge jobs catch (issue 59): a hang told by the
+rank whose last reported step is behind (`steps[-1]`: a rank stuck at the first step reported none)
+loses the hang test, and "finished" told by every rank having reported every step (a mismatch at the
+last step reports every step too) loses the mismatch test.
 A submission that does no work and fights the tests from inside the kernel (gradekit.TAMPER, and
 the given snapshot as its own) gets 0: the diagnoses and the weights are compared outside it.
 
 One that does no diagnosis and reads the answers off (issue 36) gets none of the diagnosis points:
 its `diagnose` reads its callers' frames (the visible test's locals hold the culprit and kind; no
 frame above a hidden test does), and failing that redraws the grader's jobs with the lab's own
-`draw_jobs` from the seed in its environment (the kernel has none: it draws this notebook's own
-jobs) and finds each job it is given in the grader's file. It keeps the snapshot's points.
+`graders_specs` (the drawn jobs and the edge jobs, in the drawn order) from the seed in its
+environment (the kernel has none: it draws this notebook's own order) and finds each job it is given
+in the grader's file. It keeps the snapshot's points.
 
 What the judge cannot rule out here: the visible jobs are drawn in the kernel (`RUN`), so a visible
 test can be passed by looking the answer up; each test cell's points also need its hidden part.
@@ -27,9 +35,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 from gradekit import ROOT, TAMPER, grade_all, lost, reference_answers, submission as fill, tiered
+
+from dpc_runtime import notebook
 
 LAB = "10-failure-diagnosis"
 RELEASE = ROOT / "labs" / LAB / "failure-diagnosis.ipynb"
@@ -107,6 +119,28 @@ MISTAKEN_DIAGNOSE = REFERENCE["lab10-diagnose"].replace(
 MISTAKEN_SNAPSHOT = (REFERENCE["lab10-snapshot"]
                      .replace(', "noise": t.noise.get_state()}', "}")
                      .replace('\n    t.noise.set_state(snap["noise"])', ""))
+# What that snapshot is told (CRASHES: the kernel's rng() draws 0, so rank 1 dies at steps 13 and 26;
+# the snapshots before them are at steps 10 and 25): the first difference is at the first restart's
+# first step, not at the last attempt's (step 25, what the test said before issue 58), and the message
+# says which steps of which attempt were compared.
+RESUME_MESSAGE = re.compile(
+    r"^the first step that differs from the uninterrupted run: step 10, in attempt 1: lr, loss \(\S+, \S+\) "
+    r"instead of \(\S+, \S+\)\. Compared: every step each attempt trained \(attempt 0: steps 0-12; attempt 1, "
+    r"after rank 1 died at step 13: steps 10-25; attempt 2, after rank 1 died at step 26: steps 25-\d+\)\.$")
+
+# Right on every drawn job, wrong only on the edge jobs: a hang told by the rank whose last reported step
+# is behind the others' (a rank stuck at the very first step reported no step: IndexError), and a job
+# taken for finished when every rank reported every step (a mismatch at the last step reported all of
+# them too: called a straggler).
+EDGE_MISTAKES = REFERENCE["lab10-diagnose"].replace(
+    'if all(x["exit"] == 0 for x in ranks):',
+    'if all(len(x["steps"]) == STEPS for x in ranks):  # every rank got through every step').replace(
+    '''    stuck = [r for r, x in enumerate(ranks) if x["stack"] and x["stack"][0][0] == "faulty.py"]
+    if stuck:
+        return stuck, "hang"''',
+    '''    done = [x["steps"][-1]["step"] for x in ranks]  # the stuck rank is a step behind
+    if len(set(done)) > 1:
+        return [done.index(min(done))], "hang"''')
 
 TAMPERING = {
     "lab10-diagnose": TAMPER + '''
@@ -120,8 +154,8 @@ def diagnose(job):
 # No diagnosis, two ways to read the answers off, tried in turn (one submission: either that worked
 # would earn a hidden point). First the frames of the test that called (the visible test's `culprit`
 # and `kind`; before issue 36 a hidden test held the answer as `want` too). Then this run's jobs
-# looked up in RUN, and the grader's redrawn with the lab's own draw_jobs from the grading seed in the
-# environment (rng()'s default, 0, without one), each found by its evidence in the grader's file
+# looked up in RUN, and the grader's redrawn with the lab's own graders_specs from the grading seed in
+# the environment (rng()'s default, 0, without one), each found by its evidence in the grader's file
 # (hidden_cases gives each job as it ran, then renumbered by 1). Else a guess.
 LOOKER = '''import inspect
 import json
@@ -151,7 +185,7 @@ def diagnose(job):
         for shift in range(world):
             if renumbered(JOBS[name], shift) == job:
                 return [(culprit + shift) % world], kind
-    specs = draw_jobs(np.random.default_rng(int(os.environ.get("DPC_GRADE_SEED", "0"))))
+    specs = graders_specs(np.random.default_rng(int(os.environ.get("DPC_GRADE_SEED", "0"))))
     cases = json.loads(Path("hidden-cases.json").read_text()) if Path("hidden-cases.json").exists() else []
     if job in cases:
         i = cases.index(job)
@@ -163,24 +197,29 @@ DIAGNOSIS_TESTS = {"lab10-test-hang", "lab10-test-mismatch", "lab10-test-died", 
                    "lab10-test-timeout"}
 
 
-def draw_jobs(seed: int) -> list[tuple]:
-    """The lab's own draw_jobs (its locked cell lab10-draw) with numpy's generator of seed, with the
-    grader's parameters (STEPS: course.yml's ci values leave it at the default)."""
+def graders_specs(seed: int) -> list[tuple]:
+    """The lab's own graders_specs (its locked cell lab10-draw: the drawn jobs and the edge jobs, in a
+    drawn order) with numpy's generator of seed, with the grader's parameters (STEPS: course.yml's ci
+    values leave it at the default)."""
     import numpy as np
 
     cells = {c.get("id"): "".join(c["source"]) for c in json.loads(SOURCE.read_text())["cells"]}
     space: dict = {}
     exec(cells["lab10-parameters"], space)
     exec(cells["lab10-draw"], space)
-    return space["draw_jobs"](np.random.default_rng(seed))
+    return space["graders_specs"](np.random.default_rng(seed))
 
 
 def redrawn_by_chance(seed: int) -> bool:
-    """Whether the redrawer's answers (this notebook's own draw, 0) would be right by chance for
-    both of the grader's jobs of some kind at this seed (the same kind, culprit and world size at
-    that place of the drawn order)."""
-    return any(h[0] == r[0] and all((h[2] + s) % h[1] == (r[2] + s) % r[1] for s in (0, 1))
-               for h, r in zip(draw_jobs(seed), draw_jobs(0)))
+    """Whether the redrawer's answers (this notebook's own draw, 0) would be right by chance for every
+    one of the grader's jobs of some kind at this seed (at each of that kind's places in the drawn
+    order, the same kind and culprit, as it ran and renumbered by 1): that kind's test would pass."""
+    grader, own = graders_specs(seed), graders_specs(0)
+
+    def right(h: tuple, r: tuple) -> bool:
+        return h[0] == r[0] and all((h[2] + s) % h[1] == (r[2] + s) % r[1] for s in (0, 1))
+
+    return any(all(right(h, r) for h, r in zip(grader, own) if h[0] == kind) for kind in {h[0] for h in grader})
 
 
 def grading_seed() -> int:
@@ -198,14 +237,23 @@ POINTS = {"lab10-test-hang": 2, "lab10-test-mismatch": 2, "lab10-test-died": 2, 
 
 @pytest.mark.gate
 def test_the_mistakes_are_written_into_the_reference():
-    """The mistaken submission differs from the reference exactly where its docstring says."""
+    """The mistaken submissions differ from the reference exactly where their comments say."""
     assert MISTAKEN_DIAGNOSE.count("\n") == REFERENCE["lab10-diagnose"].count("\n")
     assert '"hang"' in MISTAKEN_DIAGNOSE.split("# Stopped by")[0] and "(1, -15)" in MISTAKEN_DIAGNOSE
     assert "noise" not in MISTAKEN_SNAPSHOT and "scheduler" in MISTAKEN_SNAPSHOT
+    assert EDGE_MISTAKES.count("\n") == REFERENCE["lab10-diagnose"].count("\n")
+    assert 'len(x["steps"]) == STEPS' in EDGE_MISTAKES and 'x["steps"][-1]["step"]' in EDGE_MISTAKES
+    assert '"faulty.py"' not in EDGE_MISTAKES
 
 
 @pytest.fixture(scope="module")
-def graded(request, tmp_path_factory) -> dict[str, dict[str, str]]:
+def work(tmp_path_factory) -> Path:
+    """The grading run's folder; its course gradebook (with each student's graded notebook) in course/."""
+    return tmp_path_factory.mktemp("grading")
+
+
+@pytest.fixture(scope="module")
+def graded(request, work) -> dict[str, dict[str, str]]:
     name = RELEASE.name
     students = tiered(request, {
         "different": {"lab10-diagnose": DIFFERENT_DIAGNOSE, "lab10-snapshot": DIFFERENT_SNAPSHOT},
@@ -213,10 +261,18 @@ def graded(request, tmp_path_factory) -> dict[str, dict[str, str]]:
     }, {
         "tamper": TAMPERING,
         "looker": {"lab10-diagnose": LOOKER, "lab10-snapshot": DIFFERENT_SNAPSHOT},
+        "edges": {"lab10-diagnose": EDGE_MISTAKES, "lab10-snapshot": REFERENCE["lab10-snapshot"]},
     })
-    return grade_all(LAB, {s: {name: fill(RELEASE, a)} for s, a in students.items()},
-                     tmp_path_factory.mktemp("grading"), notebook_timeout=900,
-                     args=("--seed", str(grading_seed())))
+    return grade_all(LAB, {s: {name: fill(RELEASE, a)} for s, a in students.items()}, work,
+                     course=work / "course", notebook_timeout=900, args=("--seed", str(grading_seed())))
+
+
+def errors_of(work: Path, row: dict[str, str], grade_id: str) -> dict[str, str]:
+    """The errors the student's graded notebook shows in test cell grade_id, by name: the kernel's own
+    (an assert of the cell: AssertionError) and the judge's on the records (GraderCheck)."""
+    nb = json.loads((work / "course" / "autograded" / row["grader_id"] / LAB / RELEASE.name).read_text())
+    cell = next(c for c in nb["cells"] if notebook.grade_id(c) == grade_id)
+    return {o["ename"]: o["evalue"] for o in cell.get("outputs", []) if o.get("output_type") == "error"}
 
 
 @pytest.mark.gate
@@ -232,6 +288,25 @@ def test_blaming_the_victims_a_straggler_called_a_hang_and_a_forgotten_generator
     assert row["status"] == "graded", row
     assert lost(row) == {"lab10-test-died", "lab10-test-straggler", "lab10-test-resume"}, row
     assert row["score"] == "6", row
+
+
+@pytest.mark.gate
+def test_a_wrong_resume_is_told_the_first_step_that_differs_in_every_attempt(graded, work):
+    """Issue 58: the forgotten noise generator drifts from the first restart on (step 10, attempt 1); the
+    test once compared only the last attempt's steps and said "differs from step 25"."""
+    errors = errors_of(work, graded["mistaken"], "lab10-test-resume")
+    assert RESUME_MESSAGE.match(errors.get("AssertionError", "")), errors
+
+
+@pytest.mark.full
+def test_mistakes_only_the_edge_jobs_catch_lose_their_points(graded, work):
+    """Issue 59: a hang at the first step and a mismatch at the last are the grader's fixed edge jobs; the
+    drawn steps (1 to STEPS - 2) never reach them, so this answer passed every test before."""
+    row = graded["edges"]
+    assert row["status"] == "graded", row
+    assert lost(row) == {"lab10-test-hang", "lab10-test-mismatch"} and row["score"] == "10", row
+    errors = errors_of(work, row, "lab10-test-hang")  # the visible hang (a drawn step) is diagnosed right:
+    assert list(errors) == ["GraderCheck"], errors   # only the judge of the hidden records fails it
 
 
 @pytest.mark.full
@@ -256,6 +331,6 @@ def test_the_redrawer_would_pass_with_the_seed_and_not_by_chance_without():
     draws its jobs with draw_jobs, then gives each as it ran and renumbered by 1); grading_seed
     rules out a chance match with the notebook's own draw."""
     source = next("".join(c["source"]) for c in json.loads(SOURCE.read_text())["cells"] if c.get("id") == "lab10-draw")
-    assert "specs = draw_jobs(draw)" in source and "for shift in (0, 1)]" in source
+    assert "specs = graders_specs(draw)" in source and "for shift in (0, 1)]" in source
     seed = grading_seed()
     assert not redrawn_by_chance(seed) and redrawn_by_chance(0)
