@@ -206,13 +206,13 @@ def test_tampered_test_cells_are_restored(graded):
     assert "restored the lost metadata of lab04-test-equal" in row["notes"]
     assert "restored the metadata of lab04-test-shared" in row["notes"]
     assert "re-added the deleted cell lab04-test-loss" in row["notes"]
-    assert graded["rows1"]["wrong"]["score"] == "8"
+    assert graded["rows1"]["wrong"]["score"] == lab4.SCORES["summing"]
 
 
 @pytest.mark.full
 def test_a_late_batch_changes_only_its_own_students(graded):
     before, after = totals(graded["before"]), totals(graded["after"])
-    assert before == {"victim": "14", "cheat": "4", "vandal": "14", "tamper": "14", "wrong": "8"}
+    assert before == {"victim": "14", "cheat": "4", "vandal": "14", "tamper": "14", "wrong": lab4.SCORES["summing"]}
     assert after == {**before, "wrong": "14", "late": "14"}
     # every test cell of every student, one row each, and a course total per student
     cells = {r["cell"] for r in graded["after"] if r["lab"] == LAB} - {"(lab total)"}

@@ -273,7 +273,8 @@ def make_environment(folder: Path, env: dict[str, str]) -> dict[str, str]:
     return {**env, "PATH": path, "PYTHONPATH": pythonpath}
 
 
-def test_the_self_check_says_where_the_kernel_died(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_self_check_says_where_the_kernel_died(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel that dies (a cell ends its own process with SIGSEGV, as lab 1's did with PyPI's CUDA
     torch) is said as such: the cell by index and grade id, the signal, the points of the test cells
     before it and what could not run; the command fails (issue 59)."""
@@ -290,6 +291,7 @@ def test_the_self_check_says_where_the_kernel_died(tmp_path: Path, capsys: pytes
     lab = tmp_path / "crash"
     lab.mkdir()
     (lab / "crash.ipynb").write_text(json.dumps(nb))
+    monkeypatch.setenv("COLUMNS", "200")  # the table wraps its messages to the terminal: none here
     assert check.main([str(lab / "crash.ipynb"), "--timeout", "300"]) == 1
     out = capsys.readouterr().out
     assert re.search(r"^t-before\s+2/2\s+passed$", out, re.M), out
