@@ -303,6 +303,15 @@ def test_the_self_check_says_where_the_kernel_died(tmp_path: Path, capsys: pytes
     assert "0 / 0" not in out and "0/0" not in out, out
 
 
+def test_a_kernels_end_in_words() -> None:
+    """How a kernel ended, from its exit code: a signal whether Popen (negative) or bubblewrap and a shell
+    (128 + n) report it, a real-time signal by number, an exit code as a number, none as silence."""
+    assert check.death_words(-11) == check.death_words(139) == "segmentation fault (SIGSEGV)"
+    assert check.death_words(-9) == "killed (SIGKILL)" and check.death_words(134) == "aborted (SIGABRT)"
+    assert check.death_words(-40).endswith("(signal 40)")
+    assert check.death_words(1) == "it exited with code 1" and check.death_words(None) == "it stopped answering"
+
+
 def test_the_self_check_runs_the_python_it_is_given(tmp_path: Path) -> None:
     """`make check PY=...` (and DPC_PYTHON): the notebook's kernel runs with the interpreter running the
     check, even where the copy has a .venv of its own (issue 59: .venv's won before)."""

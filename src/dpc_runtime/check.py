@@ -36,7 +36,11 @@ def death_words(code: int | None) -> str:
     number = -code if code is not None and code < 0 else code - 128 if code is not None and 128 < code < 160 else 0
     if number:
         words = signal.strsignal(number) or f"signal {number}"
-        return f"{words[:1].lower()}{words[1:]} ({signal.Signals(number).name})"
+        try:
+            name = signal.Signals(number).name
+        except ValueError:  # a real-time signal: its number is its name
+            name = f"signal {number}"
+        return f"{words[:1].lower()}{words[1:]} ({name})"
     return "it stopped answering" if code is None else f"it exited with code {code}"
 
 
@@ -135,9 +139,8 @@ def check(notebook: Path, timeout: float) -> tuple[list[dict], str]:
             why = f"it was still running after {timeout:.0f} s: stopped"
         elif done.out_of_memory:
             why = f"it used more than its {limits.memory >> 30} GiB of memory: stopped"
-        elif done.code < 0 or done.code > 128:
-            number = -done.code if done.code < 0 else done.code - 128
-            why = f"the check's process was killed ({signal.Signals(number).name})"
+        elif done.code < 0 or 128 < done.code < 160:
+            why = f"the check's process was killed: {death_words(done.code)}"
         else:
             why = f"the check's process exited with code {done.code} (its messages are above)"
         return unrun_rows(notebook, f"could not run: {why}"), why
