@@ -309,18 +309,26 @@ class Course:
         return written
 
     def graded(self, student: str, lab: str, name: str) -> bytes | None:
-        """The bytes of student's graded notebook `name` of lab in the course, read as a regular file
-        only (sandbox.read_regular); None when there is none (or only something else by that name)."""
-        top = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        """The bytes of student's graded notebook `name` of lab in the course (read_graded); None when
+        there is none, or only something else by that name (said)."""
         try:
-            return sandbox.read_regular(top, ["autograded", student, lab, f"{name}.ipynb"], sandbox.Limits.file_size)
-        except FileNotFoundError:
-            return None
+            return read_graded(self.root, student, lab, name)
         except sandbox.Refused as why:
             say_refused([str(why)], "feedback")
             return None
-        finally:
-            os.close(top)
+
+
+def read_graded(root: Path, student: str, lab: str, name: str) -> bytes | None:
+    """The bytes of root/autograded/student/lab/name.ipynb (a course, or a grading job's folder: the same
+    layout), read as a regular file only (sandbox.read_regular; sandbox.Refused for anything else);
+    None when there is none."""
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return sandbox.read_regular(top, ["autograded", student, lab, f"{name}.ipynb"], sandbox.Limits.file_size)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(top)
 
 
 def scrub(nb: dict, test_ids: set[str]) -> dict:

@@ -49,8 +49,8 @@ NBGRADER_AUTOGRADE = [Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOu
 TIMEOUT_LINE = r"dpc-timeout (\S+) (\d+) s at (\d+\.\d+)"
 
 
-# what TimedExecute logs when the kernel dies: the cell's index, its grade id ("-": none), the kernel's exit code
-KERNEL_DIED_LINE = r"dpc-kernel-died (\d+) (\S+) (-?\d+|none)"
+# what TimedExecute logs when the kernel dies: where and how, in dpc_runtime.check's words
+KERNEL_DIED_LINE = r"dpc-kernel-died (the kernel died .*)"
 
 
 class TimedExecute(Execute):
@@ -73,11 +73,8 @@ class TimedExecute(Execute):
                 return super().preprocess_cell(cell, resources, index)
             except DeadKernelError:
                 process = getattr(getattr(self.km, "provisioner", None), "process", None)
-                code = process.poll() if process is not None else None
-                gid = cell.metadata.get("nbgrader", {}).get("grade_id") or ""
-                self.log.error("dpc-kernel-died %d %s %s", index, gid or "-", "none" if code is None else code)
-                self.died = (f"the kernel died in cell {index}" + (f" ({gid})" if gid else "")
-                             + f": {check.death_words(code)}")
+                self.died = check.died_line(check.kernel_death(self.nb, index, process))
+                self.log.error("dpc-kernel-died %s", self.died)
         if cell.cell_type == "code":
             cell.outputs = [new_output("error", ename="KernelDied", evalue=f"could not run: {self.died}",
                                        traceback=[f"KernelDied: could not run: {self.died}"])]

@@ -15,7 +15,7 @@ import re
 import signal
 
 from dpc_instructor import nbgrader_hooks
-from dpc_runtime import sandbox
+from dpc_runtime import notebook, sandbox
 
 # jupyter_client's words for a kernel that never started (before any cell of the notebook ran)
 KERNEL_NOT_STARTED = ("Kernel died before replying to kernel_info", "Kernel didn't respond in")
@@ -55,14 +55,13 @@ def kernel_died(output: str, graded: dict[str, bytes]) -> str | None:
     lines = []
     for name, data in sorted(graded.items()):
         nb = json.loads(data.decode("utf-8"))
-        tests = [(i, c) for i, c in enumerate(nb["cells"])
-                 if c.get("cell_type") == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")]
-        unrun = [c for _, c in tests if any(o.get("ename") == "KernelDied" for o in c.get("outputs", []))]
+        tests = [c for c in nb["cells"] if c.get("cell_type") == "code" and notebook.nbgrader(c).get("grade")]
+        unrun = [c for c in tests if any(o.get("ename") == "KernelDied" for o in c.get("outputs", []))]
         if not unrun:
             continue
         why = next(o["evalue"] for o in unrun[0]["outputs"] if o.get("ename") == "KernelDied")
-        ran = [c for _, c in tests if c not in unrun]
-        points = lambda cells: sum(float(c["metadata"]["nbgrader"].get("points", 0)) for c in cells)  # noqa: E731
+        ran = [c for c in tests if c not in unrun]
+        points = lambda cells: sum(float(notebook.nbgrader(c).get("points", 0)) for c in cells)  # noqa: E731
         passed = [c for c in ran if not any(o.get("output_type") == "error" for o in c.get("outputs", []))]
         lines.append(f"{name}.ipynb: {why.removeprefix('could not run: ')}; the {len(ran)} test cell(s) before "
                      f"it passed {points(passed):g} of their {points(ran):g} points; the other {len(unrun)} "

@@ -20,7 +20,6 @@ followed, and the note column says what was left out.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 import uuid
@@ -189,16 +188,13 @@ def _grade_one(st: Student, run: Run) -> Student:
 def graded_notebooks(scratch: Path, sid: str, run: Run) -> dict[str, bytes]:
     """sid's graded notebooks in the job folder scratch (name: bytes), read as regular files only."""
     found = {}
-    top = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for name in run.release:
-            try:
-                found[name] = sandbox.read_regular(top, ["autograded", sid, run.lab, f"{name}.ipynb"],
-                                                   run.limits.file_size)
-            except (OSError, sandbox.Refused):
-                continue
-    finally:
-        os.close(top)
+    for name in run.release:
+        try:
+            data = gradebook.read_graded(scratch, sid, run.lab, name)
+        except (OSError, sandbox.Refused):
+            continue
+        if data is not None:
+            found[name] = data
     return found
 
 
