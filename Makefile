@@ -21,8 +21,8 @@ help:
 	@echo "make lab    set up (first time only) and open JupyterLab on the course's start page"
 	@echo "make setup  install what is missing: .venv (pinned packages; a CPU build of torch where there is"
 	@echo "            no GPU), the course's packages, Horovod"
-	@echo "make horovod   build Horovod (chapter 6, lab 6, chapter 8's horovodrun; about 4 minutes, once):"
-	@echo "            make lab leaves it for then"
+	@echo "make horovod   build Horovod (chapter 6, lab 6, chapter 8's horovodrun; once per machine; its first"
+	@echo "            line says how long): make lab leaves it for then"
 	@echo "make test   set up, run the linters (make lint), then the gate's tests (helpers, notebooks, each lab's"
 	@echo "            reference, a correct answer and a mistake, one attacker per defence, the class, the"
 	@echo "            website) and one shard of the full tier, chosen from the commit (CI runs this)"
@@ -113,7 +113,7 @@ test-one: $(if $(filter build/nbtest/%,$(T)),nbtest,test-system)
 test-durations: test-system
 	DPC_DURATIONS_OUT=tests/durations.json $(PYTEST_ALL) --tier full $(PYTEST_ARGS)
 
-# Horovod, built from source with the course's patches (about 4 minutes on 2 cores, once per machine):
+# Horovod, built from source with the course's patches (once per machine; src/dpc_setup/horovod/build.sh says how long):
 # `make setup` and every other target build it too; `make lab` leaves it for chapter 6.
 horovod:
 	@DPC_HOROVOD=1 bash src/dpc_setup/setup.sh

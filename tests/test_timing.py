@@ -250,7 +250,6 @@ from helpers.timing import (  # noqa: E402
     CALIBRATION_LIMIT,
     CALIBRATION_WARMUP,
     LOAD_LIMIT,
-    SPREAD_LIMIT,
     STEAL_LIMIT,
     Calibration,
     MachineCheck,
@@ -378,7 +377,7 @@ def test_a_real_calibration_loop_takes_a_moment():
 def test_calm_machine(tmp_path):
     check = watch_around(tmp_path, busy=1000, after={"busy": 1004, "load": "0.50 0.2 0.1 1/300 1"}, own=4.0)
     assert check == MachineCheck(cores=2.0, cpus=2, load=0.5, running=0, others=0.0, steal=0.0, calibration=1.0,
-                                 need=2, spread=None)
+                                 need=2)
     assert check.calm and check.reasons == ()
     line = check.line("the overlap comparison")
     assert line == ("machine: 2 cores for this kernel, load 0.5, others want 0.0 of 2 CPUs, "
@@ -427,14 +426,6 @@ def test_steal(tmp_path):
     assert "steal 9%, " in check.line("x")
 
 
-def test_spread_of_the_repeats(tmp_path):
-    check = watch_around(tmp_path)
-    assert check.with_spread(0.1).calm
-    noisy = check.with_spread(0.4)
-    assert noisy.reasons == ("the repeats spread 40% around their median",)
-    assert noisy.cores == check.cores
-
-
 def test_thresholds_sit_where_the_comment_says():
     base = dict(cores=2.0, cpus=4, load=0.0, running=0.0, others=0.0, steal=0.0, calibration=1.0, need=2)
     assert MachineCheck(**{**base, "calibration": CALIBRATION_LIMIT}).calm
@@ -443,8 +434,6 @@ def test_thresholds_sit_where_the_comment_says():
     assert not MachineCheck(**{**base, "steal": STEAL_LIMIT + 0.01}).calm
     assert MachineCheck(**{**base, "others": 4 * LOAD_LIMIT - 2}).calm
     assert not MachineCheck(**{**base, "others": 4 * LOAD_LIMIT - 1.9}).calm
-    assert MachineCheck(**{**base, "spread": SPREAD_LIMIT}).calm
-    assert not MachineCheck(**{**base, "spread": SPREAD_LIMIT + 0.01}).calm
 
 
 def test_watch_as_a_context_manager(tmp_path):
@@ -588,18 +577,51 @@ def test_compare_verdict_on_a_busy_machine_judges_nothing():
     assert line == "not judged: the machine was too busy for the pipelines (the machine line says why)"
 
 
-def test_a_wide_spread_alone_is_judged_on_the_numbers_not_called_a_busy_machine():
-    from helpers.timing import compare_verdict, sweep_verdict
+def test_one_rule_for_verdicts_on_synthetic_runs():
+    """The machine line judges the machine, a verdict judges the result: spread alone never makes a machine busy,
+    "not judged" comes only from a busy machine, and a calm machine with a clear gap shows the lesson."""
+    from helpers.timing import compare_verdict, model_verdict, sweep_verdict
 
-    noisy = CALM.with_spread(0.45)  # nobody else wanted the cores: only this run's repeats varied
-    assert noisy.reasons == ("the repeats spread 45% around their median",) and noisy.machine_reasons == ()
-    line = compare_verdict([1.0, 1.5, 2.0], [0.8, 1.2, 1.6], noisy, claim="x", what="the pipelines",
-                           more="raise REPEATS", cause="c")
-    assert line == "cannot tell: the difference (1.25x) is within the repeats' spread; raise REPEATS"
-    assert compare_verdict([2.9, 3.0, 3.1], [1.0, 1.4, 1.5], noisy, claim="x", what="w", more="m",
-                           cause="c").startswith("the lesson shows")  # a gap beyond even wide bands
-    assert sweep_verdict(*_curve(104, 100, 103, 101, 102, 103, spread=0.3), 1.0, noisy, "the sweep",
+    def both(check, slow, fast):
+        return check.line("the pipelines"), compare_verdict(slow, fast, check, claim="x", what="the pipelines",
+                                                            more="raise REPEATS", cause="c")
+
+    # spread-only: nobody else wanted the cores, only this run's repeats varied (a 100 % spread)
+    line, verdict = both(CALM, [1.0, 1.5, 2.0], [0.5, 1.2, 1.6])
+    assert line.endswith(": calm enough for the pipelines") and "spread" not in line
+    assert verdict == "cannot tell: the difference (1.25x) is within the repeats' spread; raise REPEATS"
+    assert both(CALM, [2.9, 3.0, 3.1], [1.0, 1.4, 1.5])[1].startswith("the lesson shows")  # beyond even wide bands
+    assert sweep_verdict(*_curve(104, 100, 103, 101, 102, 103, spread=0.3), 1.0, CALM, "the sweep",
                          "STEPS=10").startswith("cannot tell")
+    assert model_verdict(0.042, 0.6, 0.0366, CALM, what="w", more="m", above="a", below="b").startswith("cannot tell")
+    # busy: other work on the cores; the numbers would be decisive, and still nothing is judged
+    busy = MachineCheck(cores=2, cpus=2, load=6.0, running=4.0, others=3.5, steal=0.0, calibration=2.5, need=2)
+    line, verdict = both(busy, [1.9, 2.0, 2.1], [0.95, 1.0, 1.05])
+    assert ": too busy for the pipelines (other work wanted 4.0 of the 2 CPUs; " in line
+    assert verdict == "not judged: the machine was too busy for the pipelines (the machine line says why)"
+    # calm and decisive
+    line, verdict = both(CALM, [1.9, 2.0, 2.1], [0.95, 1.0, 1.05])
+    assert line.endswith("calm enough for the pipelines")
+    assert verdict == "the lesson shows: x (2.00x, beyond the repeats' spread)"
+
+
+def test_no_committed_output_calls_a_machine_busy_for_its_spread_or_judges_nothing_on_a_calm_one():
+    """The chapters' and labs' committed outputs follow the rule: no machine line names the repeats' spread as a
+    reason, and a "not judged" verdict only follows a machine line that said the machine was too busy."""
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    notebooks = sorted((root / "course").glob("*.ipynb")) + sorted((root / "solutions").glob("*/*.ipynb"))
+    assert len(notebooks) > 10
+    for nb in notebooks:
+        text = "".join("".join(out.get("text", "")) if isinstance(out.get("text", ""), list) else out.get("text", "")
+                       for cell in json.loads(nb.read_text())["cells"] for out in cell.get("outputs", ()))
+        assert not re.search(r"too busy for [^\n]*\(the repeats spread", text), nb.name
+        for m in re.finditer(r"not judged: the machine was too busy for (.+?) \(the machine line says why\)", text):
+            before = text[:m.start()]
+            assert f"too busy for {m.group(1)} (" in before, (nb.name, m.group(0))
 
 
 def test_model_verdict_says_which_of_three_things_the_numbers_show():

@@ -130,8 +130,8 @@ def console_script(name: str) -> str:
     found = str(here) if here.exists() else shutil.which(name)
     if not found and name.startswith("horovod"):  # `make lab` leaves Horovod's build for chapter 6
         raise FileNotFoundError(f"{name} not found next to {sys.executable}: Horovod is not built yet. Run "
-                                "`make horovod` in a terminal of this course (about 4 minutes on 2 cores, "
-                                "once per machine), then run this cell again")
+                                "`make horovod` in a terminal of this course (once per machine; its first line says "
+                                "how long), then run this cell again")
     if not found:
         raise FileNotFoundError(f"{name} not found next to {sys.executable} nor on PATH: run `make setup`")
     return found

@@ -44,7 +44,7 @@ HVD_WANT=$(cat requirements.txt $EXTRA src/dpc_setup/horovod/build.sh src/dpc_se
 hvd_ready() { [ -f "$HVD_STAMP" ] && [ "$(cat "$HVD_STAMP")" = "$HVD_WANT" ]; }
 hvd_later() {
   if [ "$HVD" = later ] && ! hvd_ready; then
-    echo "setup: Horovod (chapter 6, lab 6 and chapter 8's horovodrun) is not built yet: \`make horovod\` builds it when you get there (about 4 minutes on 2 cores, once)"
+    echo "setup: Horovod (chapter 6, lab 6 and chapter 8's horovodrun) is not built yet: \`make horovod\` builds it when you get there (once per machine; its first line says how long)"
   fi
 }
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ] && { [ "$HVD" != 1 ] || hvd_ready; }; then

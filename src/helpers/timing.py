@@ -8,7 +8,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -358,7 +358,8 @@ class MachineCheck:
     less this kernel's and its ranks'); the larger of running and others is what other work wants;
     steal: share of the CPU time the machine wanted that its hypervisor gave to other VMs;
     calibration: the fixed loop's time over its best in this process; need: cores the measurement
-    wants to itself; spread: the repeats' relative spread, if the measurement gave one."""
+    wants to itself. It judges the machine only: the repeats' spread is the result's noise, which the
+    verdicts (compare_verdict, gap_verdict, model_verdict, sweep_verdict) judge."""
 
     cores: float
     cpus: int
@@ -368,19 +369,10 @@ class MachineCheck:
     steal: float
     calibration: float
     need: float
-    spread: float | None = None
 
     @property
     def reasons(self) -> tuple[str, ...]:
-        """Why the machine was too busy for a comparison; empty when it was calm."""
-        found = list(self.machine_reasons)
-        if self.spread is not None and self.spread > SPREAD_LIMIT:
-            found.append(f"the repeats spread {self.spread:.0%} around their median")
-        return tuple(found)
-
-    @property
-    def machine_reasons(self) -> tuple[str, ...]:
-        """The reasons that are the machine's (cores, other work, steal, the fixed loop), not the repeats' spread."""
+        """Why the machine was too busy for a comparison (its cores, other work, steal, the fixed loop); empty when calm."""
         found = []
         if self.cores < self.need:
             found.append(f"{_cores(self.cores)} for {self.need:g} ranks")
@@ -397,10 +389,6 @@ class MachineCheck:
     def calm(self) -> bool:
         """True when no figure says the machine was too busy."""
         return not self.reasons
-
-    def with_spread(self, spread: float) -> MachineCheck:
-        """The same figures with the measurement's relative spread (relative_spread of its repeats)."""
-        return replace(self, spread=spread)
 
     def line(self, what: str, more: str = "more repeats") -> str:
         """One line for the student: the figures, then calm, or too busy with why and what to do."""
@@ -443,7 +431,7 @@ class MachineWatch:
         self._before = (loop, running, self.clock(), busy, steal, self.own_cpu())
         return self
 
-    def stop(self, spread: float | None = None) -> MachineCheck:
+    def stop(self) -> MachineCheck:
         """Read the counters and calibrate again, after the measurement; the verdict over the whole interval."""
         if self._before is None:
             raise RuntimeError("MachineWatch.stop() called before start()")
@@ -456,7 +444,7 @@ class MachineWatch:
             cores=usable_cores(self.proc, self.cgroup_root, self.affinity), cpus=max(cpus, 1),
             load=_loadavg(self.proc)[0], running=max(running0, running1, 0.0),
             others=max(0.0, (busy1 - busy0 - own) / wall), steal=(steal1 - steal0) / spent if spent > 0 else 0.0,
-            calibration=max(loop0, loop1) / self.calibration.best, need=self.need, spread=spread)
+            calibration=max(loop0, loop1) / self.calibration.best, need=self.need)
         return self.result
 
     def __enter__(self) -> MachineWatch:
@@ -488,9 +476,9 @@ def sweep_verdict(medians: Mapping[float, float], spreads: Mapping[float, float]
     shows (both ends lie above the measured best by more than the spread, and the best, as far as the
     spread can tell, includes the model's best point or a neighbour of it), the numbers cannot tell (an
     end ties with the best: no minimum between the ends is shown), or it came out the other way on a
-    calm machine. On a busy machine (check.machine_reasons) it judges nothing: the machine line
+    calm machine. On a busy machine (not check.calm) it judges nothing: the machine line
     (check.line) says why and what to change; a wide spread alone is judged here, cap by cap."""
-    if check.machine_reasons:
+    if not check.calm:
         return _not_judged(what)
     points = sorted(medians)
     tied = tied_with_best(medians, spreads)
@@ -530,10 +518,10 @@ def gap_verdict(slow: float, slow_spread: float, fast: float, fast_spread: float
     Its lesson is that `fast` takes less time than `slow`: the lesson shows (the gap between the medians
     is wider than their two noise bands, spread x median each, in the direction of the claim), the
     numbers cannot tell (the gap is within the bands: say what to raise, `more`), or it came out the
-    other way on a calm machine (with the likely `cause`). On a busy machine (check.machine_reasons) it
+    other way on a calm machine (with the likely `cause`). On a busy machine (not check.calm) it
     judges nothing: the machine line (check.line) says why and what to change; a wide spread of the
     repeats alone is judged here (it widens the bands)."""
-    if check.machine_reasons:
+    if not check.calm:
         return _not_judged(what)
     noise = slow_spread * slow + fast_spread * fast
     ratio = f"{slow / fast:.2f}x" if fast > 0 else "no time"
@@ -554,7 +542,7 @@ def model_verdict(measured: float, spread: float, predicted: float, check: Machi
     numbers cannot tell (the band is wider than SPREAD_LIMIT: a prediction well off would lie in it
     too; `more`), or the prediction missed on a calm machine (beyond the band; the likely cause,
     `above` or `below` as the measurement lies). On a busy machine it judges nothing."""
-    if check.machine_reasons:
+    if not check.calm:
         return _not_judged(what)
     ratio = f"measured / predicted {measured / predicted:.2f}" if predicted > 0 else "no prediction"
     if abs(measured - predicted) <= spread * measured:
