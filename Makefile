@@ -30,7 +30,7 @@ help:
 	@echo "            set-up or the class harness), or one shard of the full tier alone; the self-learner's"
 	@echo "            install at full depth (every chapter and lab on the torch pip chooses)"
 	@echo "make test-one T='tests/test_x.py::test_y'   one test (or file) alone, with the suite's options"
-	@echo "make lint   the linters alone: ruff (code and notebooks) and mypy (the packages in src/)"
+	@echo "make lint   the linters alone: ruff (code and notebooks) and mypy (src/, benchmarks/, examples/)"
 	@echo "make labs   regenerate labs/ (student copies) from solutions/"
 	@echo "make book   the course as a website in build/book/ (chapters with outputs, labs as released,"
 	@echo "            search, offline): its own environment build/book-env (requirements-book.txt); book/hub.yml"
@@ -66,10 +66,12 @@ lab:
 	@DPC_HOROVOD=$${DPC_HOROVOD:-later} bash src/dpc_setup/setup.sh
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) course/00-setup-and-devices.ipynb $(ROOT_FLAG) $(LAB_ARGS)
 
-# The linters: ruff on the code and the notebooks, mypy on the packages (configured in pyproject.toml).
+# The linters: ruff on the code and the notebooks, mypy on the packages (configured in pyproject.toml) and on
+# the benchmark and example scripts, which are no package (so a stale name in them fails the gate).
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+	$(PY) -m mypy benchmarks examples
 
 # The suite in two tiers (tests/tiers.py; README, "Testing"): every test is in the gate or the full tier.
 # `make test` (CI) runs the gate and one of FULL_SHARDS shards of the full tier, chosen from the commit

@@ -57,9 +57,10 @@ def worker(variant: str, steps: int, batch: int) -> None:
         opt.zero_grad()
         F.cross_entropy(net(x), y).backward()
         if variant == "after":
-            flat = torch.cat([p.grad.reshape(-1) for p in params])
+            grads = [p.grad for p in params if p.grad is not None]  # every parameter has one after backward
+            flat = torch.cat([g.reshape(-1) for g in grads])
             ring_allreduce(flat, link).div_(me.world_size)
-            torch.nn.utils.vector_to_parameters(flat, [p.grad for p in params])
+            torch.nn.utils.vector_to_parameters(flat, grads)
         opt.step()
 
     times = []

@@ -56,10 +56,10 @@ def worker(steps: int, batch: int, warmup: int, local: bool = False) -> None:
     for _ in range(warmup):
         step()
     dist.barrier()
-    start = time.perf_counter()
+    began = time.perf_counter()
     for _ in range(steps):
         step()
-    seconds = torch.tensor([time.perf_counter() - start], device="cpu")  # a CPU benchmark
+    seconds = torch.tensor([time.perf_counter() - began], device="cpu")  # a CPU benchmark
     dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
     if rank == 0:
         report(samples_per_s=world * batch * steps / seconds.item())

@@ -63,7 +63,7 @@ def main() -> None:
         f"{n} devices, global batch {a.batch}": (many, a.batch, 1e-3),
         f"{n} devices, global batch {a.batch * n}": (many, a.batch * n, 1e-3 * n),
     }
-    runs = {}
+    runs: dict[str, tuple] = {}  # name: (model, data, epoch seconds)
     for name, (strategy, batch, lr) in setups.items():
         model = build(strategy, a.image_size, lr, a.width, a.blocks)
         data = image_dataset(x, y, batch)

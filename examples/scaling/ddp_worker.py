@@ -54,9 +54,9 @@ def train() -> None:
     from helpers import digits
 
     x_tr, y_tr, x_te, y_te = digits()
-    x_tr = torch.from_numpy(x_tr).flatten(1)
-    data = torch.utils.data.TensorDataset(x_tr, torch.from_numpy(y_tr))
-    sampler = torch.utils.data.DistributedSampler(data, num_replicas=world, rank=rank, seed=0)
+    inputs = torch.from_numpy(x_tr).flatten(1)
+    data = torch.utils.data.TensorDataset(inputs, torch.from_numpy(y_tr))
+    sampler: torch.utils.data.DistributedSampler[tuple[torch.Tensor, ...]] = torch.utils.data.DistributedSampler(data, num_replicas=world, rank=rank, seed=0)
     loader = torch.utils.data.DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True)
     torch.manual_seed(0)  # DDP also broadcasts rank 0's weights when it wraps the model
     model = DDP(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to(device))
@@ -114,7 +114,7 @@ def batches() -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
 
 def all_reduce_after(model: nn.Module) -> None:
     """Average the gradients with ONE fused all-reduce, after the whole backward (no overlap)."""
-    grads = [p.grad for p in model.parameters()]
+    grads = [p.grad for p in model.parameters() if p.grad is not None]  # every parameter has one after backward
     flat = torch.cat([t.flatten() for t in grads]) / world
     dist.all_reduce(flat)
     offset = 0
