@@ -99,3 +99,35 @@ def test_a_class_of_one_runs_and_fairness_needs_a_classmate() -> None:
     assert wrong_arguments(["05-ring-allreduce"], 1, fairness=True).startswith("--fairness needs --students 2")
     assert wrong_arguments(["05-ring-allreduce"], 2, fairness=True) == ""
     assert wrong_arguments(["no-such-lab"], 2) == "no lab labs/no-such-lab"
+
+
+def test_one_hand_in_path_names_the_class_course_and_exchange_everywhere(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    """The hub passes nbgrader's course id and exchange to every server; the class environment's nbgrader config
+    reads them (so `make submit`, `make feedback` and the Assignments tab agree); outside a hub `make submit`
+    refuses with one line and hands in nothing."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = hub_config(monkeypatch, DPC_COURSE_ID="ml-101", DPC_EXCHANGE="/srv/x/exchange")
+    assert (cfg.Spawner.environment["DPC_COURSE_ID"], cfg.Spawner.environment["DPC_EXCHANGE"]) == \
+        ("ml-101", "/srv/x/exchange")
+    env = tmp_path / "env"
+    subprocess.run(["bash", str(root / "src/dpc_setup/class_env.sh"), "--student-lab-config", str(env)],
+                   check=True, capture_output=True, env={**os.environ, "PYTHON": "python3"})
+    written = env / "etc/jupyter/nbgrader_config.py"
+    nb = Config()
+    exec(compile(written.read_text(), str(written), "exec"), {"get_config": lambda: nb})
+    assert (nb.CourseDirectory.course_id, nb.Exchange.root) == ("ml-101", "/srv/x/exchange")
+    makefile = root / "src/dpc_instructor/student_files/Makefile"
+    (tmp_path / "labs" / "05-ring-allreduce").mkdir(parents=True)
+    bare = {k: v for k, v in os.environ.items() if k != "DPC_PYTHON"}
+    out = subprocess.run(["make", "-s", "-f", str(makefile), "submit", "LAB=05-ring-allreduce"], cwd=tmp_path,
+                         capture_output=True, text=True, env=bare)
+    assert out.returncode == 2
+    assert out.stdout.strip() == ("make submit hands in to a class's JupyterHub; this is not one (DPC_PYTHON is "
+                                  "unset): nothing handed in")
+    out = subprocess.run(["make", "-s", "-f", str(makefile), "submit", "LAB=05-ring"], cwd=tmp_path,
+                         capture_output=True, text=True, env=bare)
+    assert (out.returncode, out.stdout.strip()) == (2, "no lab labs/05-ring; labs: 05-ring-allreduce")

@@ -56,6 +56,17 @@ merge("page_config.json", {"disabledExtensions": dict.fromkeys(off, True),
 merge("default_setting_overrides.json", {
     "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}})
 EOF
+  # nbgrader's course id and exchange for every user of the environment (the Assignments tab, the
+  # students' `make submit`, the instructor's nbgrader commands): read from the hub's variables
+  # DPC_COURSE_ID and DPC_EXCHANGE, which the hub passes to every server (jupyterhub_config.py).
+  cat >"$1/etc/jupyter/nbgrader_config.py" <<'EOF'
+# Written by src/dpc_setup/class_env.sh: the class's nbgrader settings, for every user of this environment.
+import os
+
+c = get_config()  # noqa: F821 (traitlets' config loader defines it)
+c.CourseDirectory.course_id = os.environ.get("DPC_COURSE_ID", "dp-course")
+c.Exchange.root = os.environ.get("DPC_EXCHANGE", "/srv/nbgrader/exchange")
+EOF
   chmod -R a+rX "$1/etc/jupyter"
   echo "class-env: the students' JupyterLab has these off for every user: ${STUDENTS_OFF[*]}"
 }

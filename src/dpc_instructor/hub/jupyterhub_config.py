@@ -20,6 +20,8 @@ class environment (`make class-env`), in a cgroup with CPU, memory and process l
     DPC_HUB_SPAWNER      auto (default: systemd's spawner where systemd runs and jupyterhub-systemdspawner
                          is installed, else the course's CgroupSpawner), systemd or cgroup
     DPC_HUB_CGROUP       the folder of the users' cgroups, CgroupSpawner (default dp-course-hub)
+    DPC_COURSE_ID, DPC_EXCHANGE   nbgrader's course id and exchange folder, passed to every server (default
+                         dp-course, /srv/nbgrader/exchange): the class environment's nbgrader_config.py reads them
 """
 import importlib.util
 import os
@@ -107,4 +109,7 @@ c.Spawner.environment = {
     "PATH": f"{ENV / 'bin'}:/usr/local/bin:/usr/bin:/bin",
     "PYTHONPATH": _pythonpath,
     "JUPYTER_RUNTIME_DIR": _runtime_dir,
+    # nbgrader's course id and exchange (the class environment's etc/jupyter/nbgrader_config.py reads them)
+    "DPC_COURSE_ID": os.environ.get("DPC_COURSE_ID", "dp-course"),
+    "DPC_EXCHANGE": os.environ.get("DPC_EXCHANGE", "/srv/nbgrader/exchange"),
 }

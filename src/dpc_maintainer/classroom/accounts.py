@@ -6,7 +6,7 @@ from __future__ import annotations
 import pwd
 from typing import TYPE_CHECKING
 
-from dpc_maintainer.classroom.common import Account, run
+from dpc_maintainer.classroom.common import COURSE_ID, Account, run
 
 if TYPE_CHECKING:
     from dpc_maintainer.classroom.room import Classroom
@@ -25,7 +25,10 @@ def make_accounts(room: Classroom) -> None:
 
 
 def as_user(room: Classroom, a: Account, cmd: list[str], cwd: str, what: str) -> str:
-    """Run a command of the class environment as that user (their home, no root rights)."""
+    """Run a command of the class environment as that user (their home, no root rights), with the variables the
+    hub gives every server (jupyterhub_config.py): the class's Python and nbgrader's course id and exchange."""
     env = {"HOME": a.home, "USER": a.name, "LOGNAME": a.name, "LANG": "C.UTF-8",
-           "PATH": f"{room.class_env / 'bin'}:/usr/local/bin:/usr/bin:/bin"}
+           "PATH": f"{room.class_env / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+           "DPC_PYTHON": str(room.class_env / "bin" / "python"), "DPC_COURSE_ID": COURSE_ID,
+           "DPC_EXCHANGE": str(room.exchange)}
     return run(cmd, what, room.log, cwd=cwd, user=a.uid, group=a.gid, extra_groups=[], env=env)

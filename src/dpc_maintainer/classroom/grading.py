@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dpc_maintainer.classroom.accounts import as_user
 from dpc_maintainer.classroom.common import COURSE_ID, FOLDER, ROOT, StepFailed, run
-from dpc_maintainer.classroom.release import nbgrader
 
 if TYPE_CHECKING:
     from dpc_maintainer.classroom.room import Classroom
@@ -39,7 +39,7 @@ def grade(room: Classroom, lab: str, submitted: Path) -> None:
 
 
 def give_feedback(room: Classroom, lab: str) -> None:
-    """`gradebook feedback` (nbgrader's layout), release_feedback, then each student's fetch_feedback."""
+    """`gradebook feedback` (nbgrader's layout), release_feedback, then each student's `make feedback` (fetch_feedback)."""
     run([sys.executable, "-m", "dpc_instructor.gradebook", "feedback", "--course", str(room.course)],
         "gradebook feedback", room.log, cwd=ROOT)
     for s in room.students:
@@ -51,8 +51,8 @@ def give_feedback(room: Classroom, lab: str) -> None:
     run([str(ROOT / ".venv/bin/nbgrader"), "release_feedback", lab, f"--course={COURSE_ID}",
          f"--Exchange.root={room.exchange}", f"--CourseDirectory.root={room.course}"],
         "nbgrader release_feedback", room.log, cwd=room.course)
-    for s in room.students:
-        nbgrader(room, s, ["fetch_feedback", lab], f"{s.home}/{FOLDER}/labs")
+    for s in room.students:  # each student fetches it the one way their README gives
+        as_user(room, s, ["make", "-s", "feedback", f"LAB={lab}"], f"{s.home}/{FOLDER}", f"make feedback as {s.name}")
 
 
 def feedback_pages(room: Classroom, lab: str) -> dict[str, list[str]]:

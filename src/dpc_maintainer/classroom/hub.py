@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dpc_maintainer.classroom.common import CHROMIUM, FOLDER, ROOT, StepFailed, http_status, run, wait_for
+from dpc_maintainer.classroom.common import CHROMIUM, COURSE_ID, FOLDER, ROOT, StepFailed, http_status, run, wait_for
 
 if TYPE_CHECKING:
     from dpc_maintainer.classroom.room import Classroom
@@ -51,6 +51,7 @@ def hub_env(room: Classroom, state: Path) -> dict[str, str]:
     env.update({
         "PATH": f"{room.cache / 'venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
         "DPC_CLASS_ENV": str(room.class_env), "DPC_COURSE_FOLDER": FOLDER, "DPC_HUB_STATE": str(state),
+        "DPC_COURSE_ID": COURSE_ID, "DPC_EXCHANGE": str(room.exchange),
         "DPC_HUB_PORT": str(room.ports["hub"]), "DPC_HUB_API_PORT": str(room.ports["hub-api"]),
         "DPC_PROXY_API_PORT": str(room.ports["proxy-api"]),
         "DPC_CHP": str(room.cache / "npm/node_modules/.bin/configurable-http-proxy"),

@@ -1,6 +1,6 @@
 """The release and the exchange: the student release (`python -m dpc_instructor.release`) served by `git daemon`
 on loopback, the nbgitpuller link that clones it into a home, nbgrader's exchange, and the assignment's way
-through it: the instructor releases, the students submit, the instructor collects.
+through it: the instructor releases, the students hand in (`make submit`, students.py), the instructor collects.
 """
 from __future__ import annotations
 
@@ -75,10 +75,16 @@ def release_assignment(room: Classroom, lab: str) -> None:
     nbgrader(room, room.instructor, ["release_assignment", lab, f"--CourseDirectory.root={course}"], str(course))
 
 
-def hand_in(room: Classroom, lab: str) -> None:
-    """Every student submits the notebook they worked on (nbgrader submit, as that student)."""
-    for s in room.students:
-        nbgrader(room, s, ["submit", lab], f"{s.home}/{FOLDER}/labs")
+def submissions(exchange: Path, student: str, lab: str) -> list[Path]:
+    """The hand-ins of a student's lab in nbgrader's exchange (inbound/<student>+<lab>+<time>...)."""
+    return sorted((exchange / COURSE_ID / "inbound").glob(f"{student}+{lab}+*"))
+
+
+def handed_in(room: Classroom, lab: str) -> None:
+    """Every student's hand-in is in the exchange (each typed `make submit` in a JupyterLab terminal: students.py)."""
+    missing = [s.name for s in room.students if not submissions(room.exchange, s.name, lab)]
+    if missing:
+        raise StepFailed(f"no hand-in of {lab} in the exchange from {', '.join(missing)}")
 
 
 def collect(room: Classroom, lab: str) -> Path:

@@ -46,10 +46,11 @@ def run_lab(room: Classroom, lab: str) -> None:
     t = room.timeline
     with t.step(f"{lab}: instructor releases the assignment (nbgrader exchange)"):
         release.release_assignment(room, lab)
-    with t.step(f"{lab}: students log in, click the nbgitpuller link, fill, Run All at once, save"):
+    with t.step(f"{lab}: students log in, click the nbgitpuller link, fill, Run All at once, save, hand in "
+                "(make submit in a JupyterLab terminal)"):
         students.students_do(room, "work", lab)
-    with t.step(f"{lab}: students hand in (nbgrader submit)"):
-        release.hand_in(room, lab)
+    with t.step(f"{lab}: the exchange holds every student's hand-in"):
+        release.handed_in(room, lab)
     with t.step(f"{lab}: instructor collects (nbgrader collect)"):
         submitted = release.collect(room, lab)
     with t.step(f"{lab}: grade (dpc_instructor.grade, sandboxed)"):

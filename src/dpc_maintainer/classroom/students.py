@@ -2,7 +2,8 @@
 hub" on the course's website (the first lab only: nbgitpuller clones the release into their home, JupyterLab
 opens the chapter), clicks the lab's nbgitpuller link, gets the lab's answer cells from the reference solution
 through their own Jupyter server (odd students; even ones hand in the lab unfilled), all press Run All at the
-same time and save. After grading, each student opens their own feedback page (HTTP 200) and is refused a
+same time, save, and hand in the way the student README says: `make submit LAB=<lab>` typed in a JupyterLab
+terminal, which hands in the copy they worked on. After grading, each student opens their own feedback page (HTTP 200) and is refused a
 classmate's.
 
 The harness's side (start_browsers, students_do) writes a plan and starts this package again in the hub's
@@ -15,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -32,7 +34,7 @@ from dpc_maintainer.classroom.browser import (
 )
 from dpc_maintainer.classroom.common import CHAPTER, FOLDER, ROOT, RUN_ALL_S, SPAWN_S, StepFailed, run
 from dpc_maintainer.classroom.grading import feedback_pages
-from dpc_maintainer.classroom.release import pull_link
+from dpc_maintainer.classroom.release import pull_link, submissions
 
 if TYPE_CHECKING:
     from dpc_maintainer.classroom.room import Classroom
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 
 def start_browsers(room: Classroom, phase: str, lab: str) -> dict[str, Any]:
     """Run a browser phase (work, feedback or fairness) for every student at once in the hub's environment."""
-    plan = {"base": room.base, "repo": room.repo, "lab": lab, "folder": FOLDER,
+    plan = {"base": room.base, "repo": room.repo, "lab": lab, "folder": FOLDER, "exchange": str(room.exchange),
             "screens": str(room.dir / "screens"), "profiles": str(room.dir / "profiles"),
             "students": [asdict(s) for s in room.students],
             "answers": answers(lab) if phase in ("work", "fairness") else {},
@@ -188,7 +190,29 @@ async def work(ctx: Any, plan: dict, s: dict, start_together: asyncio.Barrier) -
         code, errors, ran = await save_run(page, user, path, s["filled"])
         res["notebooks"][nb_name] = {"run_all_s": run_s, "cells": len(code), "ran": ran, "errors": errors}
         check_run(nb_name, s["filled"], code, errors, ran)
+    res["submit_s"] = await hand_in(page, plan, name)
     return res
+
+
+async def hand_in(page: Any, plan: dict, name: str) -> float:
+    """File > New > Terminal, then `make submit LAB=<lab>` typed in it, as the student README says; the seconds
+    until the exchange holds the hand-in (then a screenshot of the terminal)."""
+    t0 = time.monotonic()
+    lab, had = plan["lab"], len(submissions(Path(plan["exchange"]), name, plan["lab"]))
+    await page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^File$")).click()
+    await page.locator(".lm-Menu-itemLabel", has_text=re.compile("^New$")).click()
+    await page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Terminal$")).click()
+    term = page.locator(".jp-Terminal .xterm").last
+    await term.wait_for(timeout=SPAWN_S * 1000)
+    await term.click()
+    await page.keyboard.type(f"cd ~/{plan['folder']} && make submit LAB={lab}\n")
+    deadline = time.monotonic() + SPAWN_S
+    while len(submissions(Path(plan["exchange"]), name, lab)) == had:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"make submit LAB={lab}: no hand-in in the exchange within {SPAWN_S} s")
+        await asyncio.sleep(0.5)  # polling the exchange for the hand-in, with a deadline
+    await page.screenshot(path=str(Path(plan["screens"]) / f"{lab}-{name}-2-handed-in.png"))
+    return round(time.monotonic() - t0, 1)
 
 async def fill(page: Any, user: str, path: str, cells: dict[str, str]) -> None:
     """Write the answer cells (by their nbgrader grade_id) into the student's copy, through their server, before
