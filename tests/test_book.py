@@ -2,7 +2,10 @@
 served on a free port and read in headless Chromium (Playwright in the site builder's environment, Debian's
 /usr/bin/chromium): every page loads without a console error, links, anchors and images resolve, math renders,
 search finds the chapters that teach a term, pages open over file://, and no page holds a line of an answer
-or of a hidden test (the release's rule, dpc_instructor.release.secret_lines)."""
+or of a hidden test (the release's rule, dpc_instructor.release.secret_lines). On a phone (390 px) the menu
+button opens the side menu and its link leads to a chapter; a desktop shows one search field; the start page
+tells a student how to get the course, and every `make` command a student's page names is a rule of the
+student release's Makefile (src/dpc_instructor/student_files/Makefile)."""
 from __future__ import annotations
 
 import html
@@ -30,6 +33,14 @@ BOOK_PYTHON = ROOT / "build" / "book-env" / "bin" / "python"
 HUB = book.Hub("http://hub.invalid:8000", "https://git.invalid/course/dp-course-student")
 SEARCHES = {"reduce-scatter": "course/05-ring-allreduce.html", "SyncBatchNorm": "course/07-ddp-syncbn.html"}
 FILE_PAGES = ["index.html", "course/05-ring-allreduce.html"]  # the last: a chapter with plots
+# `make <target>` as a page shows it: an inline literal that starts with it, a line of a code block that starts
+# with it, or `make <target>` quoted in a code block's comment. Options and VAR=value are skipped.
+INLINE_CODE = re.compile(r'<code class="docutils literal[^"]*">(.*?)</code>', re.S)
+CODE_BLOCK = re.compile(r"<pre[^>]*>(.*?)</pre>", re.S)
+MAKE = re.compile(r"^[ \t]*(?:\$[ \t]+)?make((?:[ \t]+[^\s#]+)*)|`make((?:[ \t]+[^`\s]+)*)`", re.M)
+# A mention the text gives to someone else ("the course's maintainers' `make solutions`") is no instruction.
+SOMEONE_ELSE = re.compile(r"maintainer|instructor", re.I)
+INSTRUCTOR_PAGES = ("guide/",)  # the instructor's guide (book/guide/): its commands are the instructor's
 EXTERNAL_ASSET = re.compile(r'<(?:script|img)[^>]+src="(?:https?:)?//|<link[^>]+rel="stylesheet"[^>]+href="(?:https?:)?//')
 
 
@@ -187,3 +198,81 @@ def test_without_a_hub_there_is_no_hub_link(tmp_path):
     link = book.load_hub(half).link("course/05-ring-allreduce.ipynb")
     assert link == ("https://hub.example.edu/hub/user-redirect/git-pull?repo=https%3A//git.example.edu/x/"
                     "dp-course-student&branch=student&urlpath=lab/tree/dp-course-student/course/05-ring-allreduce.ipynb")
+
+
+def test_the_menu_opens_on_a_phone_and_leads_to_a_chapter(checked):
+    phone = checked["layout"]["phone"]
+    assert phone["toggles"] == 1 and phone["links_before"] == 0, phone  # one menu button, the menu shut
+    assert phone["links_after"] > 0, f"the menu button at {book.PHONE['width']} px did not open the side menu: {phone}"
+    assert phone["followed"] == phone["link"] and phone["followed"].startswith("course/"), phone
+    assert phone["title"].startswith("Chapter "), phone
+
+
+def test_a_desktop_shows_one_search_field(checked):
+    desktop = checked["layout"]["desktop"]
+    assert desktop["search_fields"] == 1, desktop
+    assert desktop["links"] > 0  # and the side menu beside the page
+    assert checked["layout"]["phone"]["search_fields"] == 1
+
+
+def _text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def make_targets(page: str) -> list[tuple[str, str]]:
+    """Each `make <target>` a page's HTML shows as a command: (target, the text just before it)."""
+    found = []
+    for where in INLINE_CODE.finditer(page):
+        words = _text(where.group(1)).split()
+        if words[:1] == ["make"] and len(words) > 1:  # a bare `make` names the tool ("`make`, `git` and `g++`")
+            found.append((words[1:], _text(page[max(0, where.start() - 300):where.start()])[-60:]))
+    for where in CODE_BLOCK.finditer(page):
+        for m in MAKE.finditer(_text(where.group(1))):
+            if (m.group(1) or m.group(2) or "").strip():
+                found.append(((m.group(1) or m.group(2)).split(), ""))
+    targets = []
+    for words, before in found:
+        named = [w for w in words if not w.startswith("-") and "=" not in w]
+        targets.append((named[0] if named else "", before))  # '': plain `make`, the first rule
+    return targets
+
+
+def student_pages(site: Path) -> list[str]:
+    """The pages a student reaches from the start page by its links (the instructor's guide left out)."""
+    seen, todo = set(), ["index.html"]
+    while todo:
+        name = todo.pop()
+        if name in seen or name.startswith(INSTRUCTOR_PAGES) or not (site / name).is_file():
+            continue
+        seen.add(name)
+        for href in re.findall(r'href="([^"#?]+)', (site / name).read_text()):
+            if "//" not in href and href.endswith(".html"):
+                target = (site / name).parent.joinpath(href).resolve()
+                if target.is_relative_to(site.resolve()):
+                    todo.append(target.relative_to(site.resolve()).as_posix())
+    return sorted(seen)
+
+
+def student_targets() -> set[str]:
+    """The rules of the Makefile the student release ships ('' for plain `make`)."""
+    rules = re.findall(r"^([A-Za-z][\w.-]*(?:[ \t]+[A-Za-z][\w.-]*)*)[ \t]*:(?![=:])", book.STUDENT_MAKEFILE.read_text(),
+                       re.M)
+    return {t for r in rules for t in r.split()} | {""}
+
+
+def test_every_make_command_a_student_page_names_is_in_the_student_makefile(site):
+    targets = student_targets()
+    assert {"lab", "check", "help"} <= targets and "test" not in targets  # the parse found the student's rules
+    pages = student_pages(site)
+    assert {"index.html", "references.html"} | {book.page_of(p) for p in book.notebooks()} <= set(pages)
+    named = {(name, t) for name in pages for t, before in make_targets((site / name).read_text())
+             if not SOMEONE_ELSE.search(before)}
+    assert sorted(f"{name}: make {t}" for name, t in named if t not in targets) == []
+    assert {t for name, t in named if name == "index.html"} >= {"lab", "check", "help"}
+
+
+def test_the_start_page_says_how_to_get_the_course(site):
+    start = _text((site / "index.html").read_text())
+    assert f"git clone -b student {HUB.repo} dp-course-student" in start  # book/hub.yml's release_git_url
+    assert "make test" not in start and "make check LAB=" in start
+    assert "<url>" in book.start_page(book.Hub()) and "your instructor gives you" in book.start_page(book.Hub())

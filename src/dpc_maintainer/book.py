@@ -7,14 +7,16 @@ It runs in the site builder's own environment (requirements-book.txt, build/book
 sphinx-book-theme, Playwright), not the course's. The build stages a Sphinx project under build/book-src
 from the committed notebooks (course/*.ipynb with their outputs; labs/*/*.ipynb, the student form that
 `make labs` writes and the release ships: no answers, no hidden tests), the start page (book/index.md
-with the map of chapters and labs and the README's quick start) and the README's references, then runs
+with the map of chapters and labs and the student's commands, from the student release's README, the clone
+address from book/hub.yml's release_git_url) and the README's references, then runs
 Sphinx with book/conf.py: nothing is executed, nothing is fetched (MathJax is served from the site).
 Each chapter and lab page opens with its Needs line, a link to download the notebook and, when
 book/hub.yml names a hub and the release's git URL, an "open on your class hub" nbgitpuller link.
 
 `--check` is the browser half of tests/test_book.py: headless Chromium (Playwright driving Debian's
 /usr/bin/chromium) visits every page of a served site and writes what it found as JSON (console
-errors, links and anchors that do not resolve, images of zero size, search results).
+errors, links and anchors that do not resolve, images of zero size, search results, the side menu on a
+phone and the search fields on a desktop).
 """
 from __future__ import annotations
 
@@ -31,17 +33,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpc_instructor.release import first_heading, readme_section
+from dpc_instructor.release import STUDENT_FILES, TEMPLATES, first_heading, readme_section
 from dpc_maintainer.classroom import CHROMIUM, CHROMIUM_FLAGS, pull_link
 from dpc_maintainer.needs import NEEDS
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "book"  # conf.py, the start page's template, the hub settings, the site's CSS
 SETTINGS = CONF / "hub.yml"
+GUIDE = CONF / "guide"  # the instructor's guide: Markdown pages, staged as they are (site: guide/)
 DEFAULT_OUT = ROOT / "build" / "book"
 STAGE = ROOT / "build" / "book-src"
 DOWNLOADS = "notebooks"  # the notebooks as they are in the release, under the site's notebooks/<path>
-QUICK_START = re.compile(r"```bash\n.*?```", re.S)
+BASH_BLOCK = re.compile(r"```bash\n.*?```", re.S)
+# The start page speaks to a student: its commands are the student release's (its README and Makefile,
+# src/dpc_instructor/student_files/), never this repository's maintainer targets.
+STUDENT_README = TEMPLATES / next(t for t, rel in STUDENT_FILES.items() if rel == "README.md")
+STUDENT_MAKEFILE = TEMPLATES / next(t for t, rel in STUDENT_FILES.items() if rel == "Makefile")
+URL_PLACEHOLDER = "<url>"  # the student README's stand-in for the release's git address
 
 
 @dataclass(frozen=True)
@@ -109,8 +117,25 @@ def page_notebook(nb: dict[str, Any], path: str, hub: Hub) -> dict[str, Any]:
     return nb
 
 
-def start_page() -> str:
-    """book/index.md with the map of chapters and labs and the README's quick start filled in."""
+def student_block(first: str) -> str:
+    """The first ```bash block of the student README whose first line starts with `first`."""
+    for block in BASH_BLOCK.findall(STUDENT_README.read_text()):
+        if block.splitlines()[1].startswith(first):
+            return block
+    raise ValueError(f"{STUDENT_README.relative_to(ROOT)} has no ```bash block starting with {first!r}")
+
+
+def get_course(hub: Hub) -> str:
+    """How a student clones the release: the student README's clone block, with book/hub.yml's
+    release_git_url (the one setting of the release's address, also the hub link's) when it is set."""
+    block = student_block("git clone")
+    if not hub.repo:
+        return block + f"\n\n(`{URL_PLACEHOLDER}`: the git address your instructor gives you.)"
+    return block.replace(URL_PLACEHOLDER, hub.repo).replace("-b student ", f"-b {hub.branch} ")
+
+
+def start_page(hub: Hub | None = None) -> str:
+    """book/index.md with the map of chapters and labs and the student's commands filled in."""
     from dpc_runtime.manifest import chapters  # PyYAML: in both environments, read when building
 
     rows = []
@@ -118,11 +143,16 @@ def start_page() -> str:
         lab = sorted((ROOT / "labs" / ch.lab).glob("*.ipynb"))[0].relative_to(ROOT).as_posix() if ch.lab else ""
         lab_cell = f"[{first_heading(ROOT / lab)}]({lab})" if lab else "—"
         rows.append(f"| {ch.number} | [{first_heading(ROOT / ch.notebook)}]({ch.notebook}) | {lab_cell} |")
-    found = QUICK_START.search(readme_section("Quick start"))
-    if found is None:
-        raise ValueError("README.md's Quick start has no ```bash block")
     template = (CONF / "index.md").read_text()
-    return template.replace("@MAP@", "\n".join(rows)).replace("@QUICK_START@", found.group(0))
+    return (template.replace("@MAP@", "\n".join(rows))
+            .replace("@GET_COURSE@", get_course(load_hub() if hub is None else hub))
+            .replace("@QUICK_START@", student_block("make lab"))
+            .replace("@CHECK@", student_block("make check")))
+
+
+def guide_pages() -> list[str]:
+    """The instructor's guide's pages as paths of the site's sources (guide/index.md, guide/grade.md, ...)."""
+    return sorted(p.relative_to(CONF).as_posix() for p in GUIDE.glob("*.md"))
 
 
 def stage(src: Path, hub: Hub) -> int:
@@ -130,7 +160,7 @@ def stage(src: Path, hub: Hub) -> int:
     if src.exists():
         shutil.rmtree(src)
     src.mkdir(parents=True)
-    (src / "index.md").write_text(start_page())
+    (src / "index.md").write_text(start_page(hub))
     refs = readme_section("References")
     (src / "references.md").write_text(refs.replace("## References", "# References", 1) + "\n")
     paths = notebooks()
@@ -138,7 +168,11 @@ def stage(src: Path, hub: Hub) -> int:
         (src / path).parent.mkdir(parents=True, exist_ok=True)
         nb = page_notebook(json.loads((ROOT / path).read_text()), path, hub)
         (src / path).write_text(json.dumps(nb, indent=1))
-    return len(paths) + 2
+    guide = guide_pages()
+    for page in guide:  # the instructor's guide (book/guide/), as written
+        (src / page).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(CONF / page, src / page)
+    return len(paths) + 2 + len(guide)
 
 
 def build(out: Path = DEFAULT_OUT, hub: Hub | None = None, src: Path = STAGE) -> Path:
@@ -180,6 +214,58 @@ JS_SEARCH_DONE = """() => {
   const s = document.querySelector('#search-results .search-summary');
   return s !== null && s.textContent.trim() !== '' && !/preparing|searching/i.test(s.textContent);
 }"""
+
+
+# A phone (390 px, an iPhone 12-15's CSS width) and a desktop. What a reader can see: a box on screen, not
+# hidden by CSS, and at least partly inside the viewport (a drawer parked off-screen is not visible).
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 900}
+SEARCH_FIELDS = "input[type=search], .search-button-field, .search-button"
+MENU_LINKS = ".bd-docs-nav a.reference.internal[href*='course/']"  # the side menu's chapter links
+JS_SHOWN = """(sel) => [...document.querySelectorAll(sel)].filter(e => {
+  const r = e.getBoundingClientRect();
+  return e.checkVisibility({checkOpacity: true, checkVisibilityCSS: true}) && r.width > 0 && r.height > 0
+    && r.right > 0 && r.bottom > 0 && r.left < innerWidth && r.top < innerHeight;
+}).length"""
+
+
+async def _layout(browser: Any, base: str) -> dict[str, Any]:
+    """The start page on a phone (the menu button opens the side menu, whose link leads to a chapter) and on a
+    desktop (how many search fields show at once)."""
+    out: dict[str, Any] = {}
+    page = await browser.new_page(viewport=PHONE)
+    await page.goto(base + "index.html", wait_until="load")
+    menu: dict[str, Any] = {"toggles": await page.evaluate(JS_SHOWN, ".primary-toggle"),
+                            "links_before": await page.evaluate(JS_SHOWN, MENU_LINKS),
+                            "search_fields": await page.evaluate(JS_SHOWN, SEARCH_FIELDS)}
+    if menu["toggles"]:
+        await page.locator(".primary-toggle:visible").first.click()
+        try:  # the drawer slides in: a deadline, not a sleep
+            await page.wait_for_function(f"() => ({JS_SHOWN})({json.dumps(MENU_LINKS)}) > 0", timeout=5_000,
+                                         polling=100)
+        except Exception:  # playwright's TimeoutError: the menu stayed shut
+            pass
+    menu["links_after"] = await page.evaluate(JS_SHOWN, MENU_LINKS)
+    menu["followed"] = ""
+    if menu["links_after"]:
+        link = page.locator(MENU_LINKS + ":visible").first
+        menu["link"] = await link.get_attribute("href")
+        await link.click()
+        try:
+            await page.wait_for_url(lambda url: url.split("#")[0] != base + "index.html", timeout=10_000)
+            await page.wait_for_load_state("load")
+            menu["followed"] = page.url.removeprefix(base).split("#")[0]
+            menu["title"] = await page.title()
+        except Exception:  # no navigation within the deadline
+            pass
+    out["phone"] = menu
+    await page.close()
+    page = await browser.new_page(viewport=DESKTOP)
+    await page.goto(base + "index.html", wait_until="load")
+    out["desktop"] = {"search_fields": await page.evaluate(JS_SHOWN, SEARCH_FIELDS),
+                      "links": await page.evaluate(JS_SHOWN, MENU_LINKS)}
+    await page.close()
+    return out
 
 
 def site_pages(site: Path) -> list[str]:
@@ -254,7 +340,8 @@ async def _missing(page: Any, base: str, seen: dict[str, dict[str, Any]]) -> lis
 
 
 async def _check(site: Path, base: str, searches: list[str], file_pages: list[str], shots: Path) -> dict[str, Any]:
-    """Every page of the site served at base, a few over file://, and the searches, in one Chromium.
+    """Every page of the site served at base, a few over file://, the searches, and the start page on a phone
+    and on a desktop (`_layout`), in one Chromium.
 
     Screenshots of the start page and of the last file page go into shots (start.png, page.png).
     """
@@ -274,6 +361,7 @@ async def _check(site: Path, base: str, searches: list[str], file_pages: list[st
         for name, shot in ("index.html", "start.png"), (file_pages[-1], "page.png"):
             await page.goto(base + name, wait_until="load")
             await page.screenshot(path=str(shots / shot), full_page=False)
+        out["layout"] = await _layout(browser, base)
         await browser.close()
     out["pages"] = {k: {x: v[x] for x in v if x not in ("ids", "links", "sources")} for k, v in seen.items()}
     return out
