@@ -188,7 +188,7 @@ cluster-test: setup
 	$(PY) -m dpc_setup.cluster test $(CLUSTER_ARGS)
 
 # `make class-env [PREFIX=/opt/dp-course] [PYTHON=/usr/bin/python3]`: the environment of a class on one
-# node, readable and runnable by every user (src/dpc_setup/class_env.sh; the instructor README's hub section).
+# node, readable and runnable by every user (src/dpc_setup/class_env.sh; the guide's book/guide/class-env.md).
 .PHONY: class-env
 PREFIX ?= /opt/dp-course
 class-env:

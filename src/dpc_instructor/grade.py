@@ -33,7 +33,7 @@ from dpc_runtime import judge, sandbox
 
 def parser() -> argparse.ArgumentParser:
     """The command line's options: a local run, and those of a run spread over SLURM."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("submissions", type=Path)
     p.add_argument("--lab", required=True)
     p.add_argument("--out", type=Path, default=Path("grades.csv"))

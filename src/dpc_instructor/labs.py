@@ -104,6 +104,9 @@ def main(argv: list[str]) -> int:
             return 1
         print("labs/ is up to date")
         return 0
+    if argv[1:] in (["--help"], ["-h"]):
+        print(__doc__)
+        return 0
     print(__doc__)
     return 2
 

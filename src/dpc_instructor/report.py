@@ -11,7 +11,7 @@ are masked to group them, so "got 3" and "got 5" are one mistake) with how many 
 and how many were late, not graded or handed nothing in; then one line per student across the labs.
 The points, statuses and totals are the course CSV's (`make grades`: gradebook.Course.rows); late
 is nbgrader's: a submission's timestamp after its lab's due date (`nbgrader db assignment add <lab>
---duedate=...`).
+--duedate=...`, run inside the gradebook's folder: the guide's book/guide/due-dates.md).
 """
 from __future__ import annotations
 

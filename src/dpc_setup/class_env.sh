@@ -7,7 +7,7 @@
 # It holds the pinned packages (requirements.txt), the hub's (requirements-hub.txt: the single-user
 # server and nbgitpuller), Horovod, and console scripts any user can start (jupyter, nbgrader,
 # torchrun, horovodrun). It does not hold the course's own packages: each student's copy of the course
-# is on PYTHONPATH (its Makefile does that; a hub sets it per user, see the instructor README), so a
+# is on PYTHONPATH (its Makefile does that; a hub sets it per user: book/guide/hub.md), so a
 # student runs the helpers of the release they pulled. Students' `make lab`/`make check` use it when
 # DPC_PYTHON=PREFIX/env/bin/python is set (the hub sets it) and build nothing.
 # Its JupyterLab is the students' (student_lab_config below): nbgrader's instructor panels and
