@@ -101,7 +101,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--quick", action="store_true", help="sizes 1 and 16 MB, 3 repeats")
     p.add_argument("--json", type=Path, default=None, help="also write rows and ratios here")
-    p.add_argument("--plot", type=Path, default=ROOT / "build" / "bench" / "ring_allreduce.png")
+    p.add_argument("--plot", type=Path, default=None,
+                   help="the plot (default: ring_allreduce.png beside --json, else in build/bench/)")
     p.add_argument("--timeout", type=float, default=900)
     a = p.parse_args()
     if a.worker:
@@ -119,6 +120,8 @@ def main() -> None:
         ok = r["ring_over_gloo"] >= GOAL
         print(f"RATIO ring/gloo N={r['n']} {r['mb']:g} MB: {r['ring_over_gloo']:.2f}x "
               f"(goal >= {GOAL}x: {'met' if ok else 'NOT met'})")
+    if a.plot is None:
+        a.plot = (a.json.parent if a.json else ROOT / "build" / "bench") / "ring_allreduce.png"
     plot(rows, a.plot)
     print(f"plot: {a.plot}")
     if a.json:
