@@ -41,7 +41,7 @@ FORBIDDEN = ["solutions", "tests", "src/dpc_instructor", "src/dpc_maintainer", "
              "src/dpc_maintainer/solutions.py", ".github", "build", "CONTRIBUTING.md", "course/runs"]
 TOP_LEVEL = {".git", ".gitignore", "Makefile", "README.md", "benchmarks", "course", "course.yml",
              "environment.yml", "examples", "labs", "nbgrader_config.py", "pyproject.toml", "requirements.txt",
-             "requirements-hub.txt", "LICENSE", "LICENSE-CONTENT.md",
+             "requirements-hub.txt", "LICENSE", "LICENSE-CONTENT.md", "CHANGELOG.md",
              "slurm", "src"}
 
 
@@ -185,7 +185,9 @@ def test_the_branch_clones_to_the_same_tree(built: Path, tmp_path: Path) -> None
     assert git("status", "--porcelain", "--untracked-files=all", "--ignored", cwd=built) == ""
     log = git("log", "--format=%an|%s", "student", cwd=built).splitlines()
     source = git("rev-parse", "--short", "HEAD", cwd=ROOT).strip()
-    assert log == [f"dp-course release|Student release of dp-course {source}"], log
+    assert log == [f"dp-course release|Student release of dp-course {release.version()} ({source})"], log
+    top = re.search(r"^## (\S+)", (built / "CHANGELOG.md").read_text(), re.M)
+    assert top is not None and top.group(1) == release.version()  # the release names the version it ships
     git("clone", "-q", "--branch", "student", str(built), str(tmp_path / "clone"), cwd=tmp_path)
     assert tree(tmp_path / "clone") == tree(built)
 

@@ -10,7 +10,7 @@ It writes, from this working tree (tracked files plus new files git does not ign
   README, Makefile and .gitignore of src/dpc_instructor/student_files/ — whole folders (INCLUDE),
   never the instructor's or maintainers' (FORBIDDEN);
 - inside DIR, a fresh git repository whose branch `student` holds one new commit, "Student release
-  of dp-course <commit>", by "dp-course release" (for a plain clone or nbgitpuller:
+  of dp-course <version> (<commit>)" (the version of pyproject.toml, CHANGELOG.md's top entry), by "dp-course release" (for a plain clone or nbgitpuller:
   `git -C DIR push <remote> student`). Its parent is the previous release's commit (the one in DIR,
   or the `student` branch of --parent REPO), so a later push and the students' `git pull`
   fast-forward; the first release is a single commit;
@@ -59,6 +59,7 @@ INCLUDE = [
     "pyproject.toml", "requirements.txt", "environment.yml",
     "requirements-hub.txt",  # the class environment of a hub (src/dpc_setup/class_env.sh)
     "LICENSE", "LICENSE-CONTENT.md",  # the code's licence (BSD-3-Clause) and the text's (CC BY 4.0)
+    "CHANGELOG.md",        # what changed between versions (the release's commit names its version)
 ]
 # The self-check and the licences: must be in the release (a missing one stops it).
 REQUIRED = ["src/dpc_runtime/check.py", "src/dpc_runtime/sandbox.py", "LICENSE", "LICENSE-CONTENT.md"]
@@ -357,6 +358,13 @@ def uncommitted(files: list[str]) -> list[str]:
                   if p in files or p.startswith(str(TEMPLATES.relative_to(ROOT)) + "/"))
 
 
+def version() -> str:
+    """The course's version: pyproject.toml's, which CHANGELOG.md's top entry names (tests/test_release.py)."""
+    import tomllib
+
+    return str(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"])
+
+
 def commit_message(source: str, dirty: list[str]) -> str:
     """The release commit's message: the course commit it comes from, and any uncommitted changes."""
     return (f"Student release of dp-course {source}\n\n"
@@ -423,7 +431,7 @@ def build(out: Path, allow_missing: bool = False, check_labs: bool = True,
     try:
         stage_files(stage, files)
         check_stage(stage)
-        source = git("rev-parse", "--short", "HEAD").strip()
+        source = f"{version()} ({git('rev-parse', '--short', 'HEAD').strip()})"
         dirty = uncommitted(files)
         env = release_env(git("log", "-1", "--format=%cI", "HEAD").strip())
         # A later release continues the branch of the one before (the previous folder's, or the
