@@ -123,10 +123,11 @@ async def save_run(page: Any, user: str, path: str, filled: bool) -> tuple[list[
         await asyncio.sleep(0.5)  # polling the saved file, with a deadline
 
 
-async def click_menu(page: Any, menu: str, item: str) -> None:
-    """Click a JupyterLab menu, then one of its items (by their labels)."""
+async def click_menu(page: Any, menu: str, *items: str) -> None:
+    """Click a JupyterLab menu, then one of its items, and so on down its submenus (by their labels)."""
     await page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{menu}$")).click()
-    await page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{item}$")).click()
+    for item in items:
+        await page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{item}$")).click()
 
 
 async def kernel_idle(page: Any, user: str, path: str, timeout: float) -> None:

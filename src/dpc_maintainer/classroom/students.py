@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -199,9 +198,7 @@ async def hand_in(page: Any, plan: dict, name: str) -> float:
     until the exchange holds the hand-in (then a screenshot of the terminal)."""
     t0 = time.monotonic()
     lab, had = plan["lab"], len(submissions(Path(plan["exchange"]), name, plan["lab"]))
-    await page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^File$")).click()
-    await page.locator(".lm-Menu-itemLabel", has_text=re.compile("^New$")).click()
-    await page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Terminal$")).click()
+    await click_menu(page, "File", "New", "Terminal")
     term = page.locator(".jp-Terminal .xterm").last
     await term.wait_for(timeout=SPAWN_S * 1000)
     await term.click()
@@ -213,6 +210,7 @@ async def hand_in(page: Any, plan: dict, name: str) -> float:
         await asyncio.sleep(0.5)  # polling the exchange for the hand-in, with a deadline
     await page.screenshot(path=str(Path(plan["screens"]) / f"{lab}-{name}-2-handed-in.png"))
     return round(time.monotonic() - t0, 1)
+
 
 async def fill(page: Any, user: str, path: str, cells: dict[str, str]) -> None:
     """Write the answer cells (by their nbgrader grade_id) into the student's copy, through their server, before
