@@ -53,6 +53,7 @@ help:
 	@echo "            every user of a node (a JupyterHub class): students' make lab/check use it, build nothing"
 	@echo "make classroom-test [CLASSROOM_LAB=05-ring-allreduce|all] [CLASSROOM_ARGS=\"--students 3 --keep\"]"
 	@echo "            a real JupyterHub class here (root, apt, npm): Chromium students, nbgrader, grading"
+	@echo "            (SPAWNER=slurm: each student's server a SLURM job on a two-node cluster brought up here)"
 	@echo "make classroom-fairness   a classmate's kernel round trip while lab 6 runs; a kernel past its memory limit"
 	@echo "make release [OUT=dir]   the student release: folder, .tar.gz and git branch 'student',"
 	@echo "            without solutions/, hidden tests or grading tools (default build/release/)"
@@ -201,16 +202,18 @@ clean:
 	  if [ -n "$$kept" ]; then echo "clean: build/ holds a gradebook ($$kept): nothing removed; move it out of build/ (or export it: make grades COURSE=...) and clean again"; exit 1; fi
 	rm -rf build course/runs solutions/*/runs
 
-# `make classroom-test [CLASSROOM_LAB=05-ring-allreduce|all] [CLASSROOM_ARGS="--students 3 --keep"]`: a real
-# JupyterHub class on this machine (src/dpc_maintainer/classroom/; root, apt, npm): students in Chromium,
+# `make classroom-test [CLASSROOM_LAB=05-ring-allreduce|all] [SPAWNER=slurm] [CLASSROOM_ARGS="--students 3 --keep"]`:
+# a real JupyterHub class on this machine (src/dpc_maintainer/classroom/; root, apt, npm): students in Chromium,
+# (SPAWNER=slurm: each student's server a SLURM job on a two-node cluster brought up here, graded over SLURM),
 # nbgrader's exchange, the course's grader, feedback, tear-down; prints a timeline, screenshots in build/classroom/.
 # Ctrl-C or `kill -TERM` tears the run down; if it was killed outright, its guardian does. To clean by hand
 # (after --keep, or a machine that rebooted mid-run): `make classroom-test CLASSROOM_ARGS=--clean`.
 .PHONY: classroom-test
 CLASSROOM_LAB ?= 05-ring-allreduce
 CLASSROOM_ARGS ?=
+SPAWNER ?=
 classroom-test: setup
-	$(PY) -m dpc_maintainer.classroom --lab "$(CLASSROOM_LAB)" $(CLASSROOM_ARGS)
+	$(PY) -m dpc_maintainer.classroom --lab "$(CLASSROOM_LAB)" $(if $(SPAWNER),--spawner $(SPAWNER)) $(CLASSROOM_ARGS)
 
 # `make classroom-fairness [CLASSROOM_ARGS=...]`: the same class up, then one student runs lab 6 (TensorFlow
 # and Horovod ranks) while a classmate's kernel round trip is timed (idle vs busy, median and max), and

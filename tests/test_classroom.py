@@ -37,10 +37,18 @@ if WHY:
 
 
 @pytest.mark.timeout(TIMEOUT_S + TEARDOWN_S + 60)  # the run's own deadline, then its tear-down, come first
-@pytest.mark.parametrize("students", [pytest.param(1, marks=pytest.mark.gate), pytest.param(2, marks=pytest.mark.full)])
-def test_classroom_end_to_end(students: int) -> None:
-    """The whole class passes every step, and tear-down leaves nothing of it."""
-    env = {**os.environ, "CLASSROOM_LAB": classroom.DEFAULT_LAB}
+@pytest.mark.parametrize(("students", "spawner"), [pytest.param(1, "local", marks=pytest.mark.gate),
+                                                   pytest.param(2, "local", marks=pytest.mark.full),
+                                                   pytest.param(2, "slurm", marks=pytest.mark.full)])
+def test_classroom_end_to_end(students: int, spawner: str) -> None:
+    """The whole class passes every step, and tear-down leaves nothing of it. On SLURM (`make classroom-test
+    SPAWNER=slurm`): each student's server a job on a two-node cluster, their launches inside it, graded over SLURM."""
+    if spawner == "slurm":
+        from dpc_setup.cluster import unavailable
+
+        if unavailable():
+            pytest.skip(f"no SLURM cluster here: {unavailable()}")
+    env = {**os.environ, "CLASSROOM_LAB": classroom.DEFAULT_LAB, "CLASSROOM_SPAWNER": spawner}
     # Graded with the ci values, as tests/test_grading_05_ring_allreduce.py grades: the session's one
     # reference run of lab 5 (DPC_REFERENCES, same seed) serves both. The release skips its check that
     # labs/ is fresh (130 s of nbgrader here): test_notebook_rules checks that on its own.
@@ -59,6 +67,9 @@ def test_classroom_end_to_end(students: int) -> None:
     assert p.returncode == 0, f"classroom failed (exit {p.returncode}):\n{out[-6000:]}"
     assert "classroom: passed" in out
     assert re.search(r"tear-down .*: ok", out), out[-3000:]
+    if spawner == "slurm":  # the step that reads squeue and the kernels' and launchers' environments
+        assert re.search(r"each student's server is a SLURM job, their kernel inside it: ok", out), out[-3000:]
+        assert len(set(re.findall(r": job \d+ on (node\d)", out))) == 2, out[-3000:]  # both nodes
     run_dir = re.search(r"logs and screenshots in (\S+)", out)
     assert run_dir is not None
     shots = list(Path(run_dir.group(1), "screens").glob("*.png"))

@@ -61,8 +61,56 @@ def test_the_hub_config_limits_users_with_the_spawner_it_is_told(monkeypatch: py
     cfg = hub_config(monkeypatch, DPC_HUB_SPAWNER="systemd", DPC_HUB_PIDS="512")
     assert cfg.JupyterHub.spawner_class == "systemdspawner.SystemdSpawner"
     assert cfg.SystemdSpawner.unit_extra_properties == {"TasksMax": "512"}
-    with pytest.raises(ValueError, match="DPC_HUB_SPAWNER must be auto, systemd or cgroup, not 'docker'"):
+    with pytest.raises(ValueError, match="DPC_HUB_SPAWNER must be auto, systemd, cgroup or slurm, not 'docker'"):
         hub_config(monkeypatch, DPC_HUB_SPAWNER="docker")
+
+
+def test_on_slurm_each_server_is_a_job_with_the_same_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DPC_HUB_SPAWNER=slurm: batchspawner's spawner, asking SLURM for the cgroups' limits (whole cores), the time
+    and GPUs; nodes named by several slurmd on one machine resolved; slurm.conf passed to the jobs; and the batch
+    script, rendered as batchspawner renders it (Jinja2), asks for exactly that and checks the shared storage."""
+    import sys
+    import types
+
+    import jinja2
+
+    monkeypatch.setitem(sys.modules, "batchspawner", None)  # an environment without it: import fails
+    with pytest.raises(ImportError, match="DPC_HUB_SPAWNER=slurm needs batchspawner in the hub's environment"):
+        hub_config(monkeypatch, DPC_HUB_SPAWNER="slurm")
+    monkeypatch.setitem(sys.modules, "batchspawner", types.ModuleType("batchspawner"))  # the hub's environment has it
+    cfg = hub_config(monkeypatch, DPC_HUB_SPAWNER="slurm", DPC_HUB_CPU="1.5", DPC_HUB_MEM="3G", DPC_HUB_GPUS="1",
+                     DPC_HUB_TIME="02:00:00", DPC_HUB_NODES="node1=127.0.0.1,node2=localhost",
+                     SLURM_CONF="/tmp/x/slurm.conf")
+    assert cfg.JupyterHub.spawner_class == "batchspawner.MultiSlurmSpawner"
+    slurm = cfg.MultiSlurmSpawner
+    assert (slurm.req_nprocs, slurm.req_memory, slurm.req_runtime, slurm.req_gres) == ("2", "3G", "02:00:00", "gpu:1")
+    assert slurm.daemon_resolver == {"node1": "127.0.0.1", "node2": "localhost"}
+    assert slurm.exec_prefix.endswith("runuser -u {username} --")
+    assert cfg.Spawner.environment["SLURM_CONF"] == "/tmp/x/slurm.conf"
+    script = jinja2.Template(slurm.batch_script).render(
+        username="ann", homedir="/home/ann", keepvars="PATH,SLURM_CONF", nprocs="2", memory="3G",
+        runtime="02:00:00", gres="gpu:1", partition="", options="", prologue="", epilogue="",
+        cmd="batchspawner-singleuser /opt/x/env/bin/jupyterhub-singleuser")
+    for line in ("#SBATCH --cpus-per-task=2", "#SBATCH --mem=3G", "#SBATCH --time=02:00:00", "#SBATCH --gres=gpu:1",
+                 "#SBATCH --export=PATH,SLURM_CONF", "#SBATCH --job-name=jupyterhub-ann",
+                 "srun --cpus-per-task=2 batchspawner-singleuser /opt/x/env/bin/jupyterhub-singleuser"):
+        assert line in script.splitlines(), line
+    assert "#SBATCH --partition" not in script and "cannot see" in script
+    cfg = hub_config(monkeypatch, DPC_HUB_SPAWNER="slurm", DPC_HUB_NODES="", DPC_HUB_GPUS="0")
+    assert cfg.JupyterHub.spawner_class == "batchspawner.SlurmSpawner" and cfg.SlurmSpawner.req_gres == ""
+
+
+def test_idle_servers_are_culled_by_a_service_of_the_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = hub_config(monkeypatch, DPC_HUB_CULL_S="120")
+    (service,) = cfg.JupyterHub.services
+    assert service["name"] == "idle-culler" and service["command"][1:] == [
+        "-m", "jupyterhub_idle_culler", "--timeout=120", "--cull-every=30"]
+    (role,) = cfg.JupyterHub.load_roles
+    assert role["services"] == ["idle-culler"] and "delete:servers" in role["scopes"]
+    # the activity it judges by is reported 4 times per timeout (the hub's and the servers' default: every 300 s)
+    assert cfg.JupyterHub.last_activity_interval == 30 and cfg.Spawner.environment["JUPYTERHUB_ACTIVITY_INTERVAL"] == "30"
+    assert hub_config(monkeypatch, DPC_HUB_CULL_S="3600").JupyterHub.last_activity_interval == 300
+    assert "services" not in hub_config(monkeypatch, DPC_HUB_CULL_S="0").JupyterHub
 
 
 def test_kernels_use_unix_sockets_in_a_short_runtime_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -131,3 +179,61 @@ def test_one_hand_in_path_names_the_class_course_and_exchange_everywhere(monkeyp
     out = subprocess.run(["make", "-s", "-f", str(makefile), "submit", "LAB=05-ring"], cwd=tmp_path,
                          capture_output=True, text=True, env=bare)
     assert (out.returncode, out.stdout.strip()) == (2, "no lab labs/05-ring; labs: 05-ring-allreduce")
+
+
+def test_the_launches_a_student_starts_are_seen_with_the_job_they_run_in(tmp_path: Path) -> None:
+    """jobs.watch_launches samples the students' processes: a launcher (here a command line with a name of its own,
+    as other tests' launchers run beside it; the class's: torch.distributed.run) started with a SLURM job's
+    variables is recorded with that job and node."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import types
+    import uuid
+
+    from dpc_maintainer.classroom import jobs
+    from dpc_maintainer.classroom.common import Account
+
+    assert b"torch.distributed.run" in jobs.LAUNCHERS
+    name = f"dpc-test-launcher-{uuid.uuid4().hex}"
+
+    me = Account("me", "", str(tmp_path), uid=os.getuid())
+    room = types.SimpleNamespace(students=[me])
+    code = "import time; time.sleep(60)"
+    env = {**os.environ, "SLURM_JOB_ID": "42", "SLURMD_NODENAME": "node2"}
+    with jobs.watch_launches(room, (name.encode(),)) as seen:  # type: ignore[arg-type]
+        p = subprocess.Popen([sys.executable, "-c", code, name], env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while not seen["me"] and time.monotonic() < deadline:
+                time.sleep(0.1)  # until the sampler saw it (an event), with a deadline
+            assert jobs.environ(p.pid)["SLURM_JOB_ID"] == "42"
+            assert jobs.ancestors(p.pid)[0] == Path(f"/proc/{os.getpid()}/comm").read_text().strip()  # its parent
+        finally:
+            p.kill()
+            p.wait()
+    assert seen["me"] == {("42", "node2")}
+    assert jobs.environ(p.pid) == {}  # gone: nothing, no error
+
+
+def test_a_lost_node_takes_every_process_below_its_job_steps() -> None:
+    """faults: a process's descendants (what a lost node's job steps ran) and the job a slurmstepd serves."""
+    import os
+    import subprocess
+    import sys
+
+    from dpc_maintainer.classroom import faults
+
+    code = "import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
+           "print(c.pid, flush=True); time.sleep(60)"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        grandchild = int(p.stdout.readline())  # type: ignore[union-attr]
+        assert faults.descendants(os.getpid()).count(p.pid) == 1
+        assert grandchild in faults.descendants(p.pid) and grandchild in faults.descendants(os.getpid())
+        assert faults.step_of(p.pid) == "" and faults.step_of(2**22 + 1) == ""  # no slurmstepd; no process
+    finally:
+        p.kill()
+        p.wait()
+        os.kill(grandchild, 9)

@@ -18,14 +18,26 @@ class environment (`make class-env`), in a cgroup with CPU, memory and process l
     DPC_HUB_ADMINS       hub admins, comma-separated (default none)
     DPC_HUB_CPU, DPC_HUB_MEM, DPC_HUB_PIDS   per-user limits (default 2 cores, 4G, 1024 tasks)
     DPC_HUB_SPAWNER      auto (default: systemd's spawner where systemd runs and jupyterhub-systemdspawner
-                         is installed, else the course's CgroupSpawner), systemd or cgroup
+                         is installed, else the course's CgroupSpawner), systemd, cgroup, or slurm: each
+                         server a SLURM job (batchspawner; the guide's page "A class on a SLURM cluster")
+    DPC_HUB_TIME         slurm: the job's time limit (default 08:00:00): SLURM ends the server there
+    DPC_HUB_GPUS         slurm: GPUs per student (--gres=gpu:N; default 0, none asked)
+    DPC_HUB_PARTITION    slurm: the partition (default: the cluster's default one)
+    DPC_HUB_NODES        slurm: node=address pairs, comma-separated, for nodes whose SLURM names do not
+                         resolve (several slurmd on one machine, as the course's test cluster)
+    DPC_HUB_QUEUE_S      slurm: how long a student's spawn may wait in the queue (default 3600 s)
+    DPC_HUB_CULL_S       a server idle this long is stopped by jupyterhub-idle-culler, a service of the hub
+                         (default 3600 s; 0: never). On SLURM that ends its job and frees its cores
     DPC_HUB_CGROUP       the folder of the users' cgroups, CgroupSpawner (default dp-course-hub)
     DPC_COURSE_ID, DPC_EXCHANGE   nbgrader's course id and exchange folder, passed to every server (default
                          dp-course, /srv/nbgrader/exchange): the class environment's nbgrader_config.py reads them
 """
 import importlib.util
+import math
 import os
 import pwd
+import shutil
+import sys
 from pathlib import Path
 
 c = get_config()  # type: ignore[name-defined]  # noqa: F821 (JupyterHub's config loader provides it)
@@ -74,8 +86,34 @@ elif SPAWNER == "cgroup":
     c.JupyterHub.spawner_class = "dpc_instructor.hub.spawner.CgroupSpawner"  # src/ on the hub's PYTHONPATH
     c.CgroupSpawner.pids_limit = PIDS
     c.CgroupSpawner.cgroup_parent = os.environ.get("DPC_HUB_CGROUP", "dp-course-hub")
+elif SPAWNER == "slurm":
+    # batchspawner (requirements-hub.txt, in the hub's environment and the class environment, whose
+    # batchspawner-singleuser starts each server and tells the hub its port). The job asks for the same
+    # limits as the cgroups above: Spawner.cpu_limit cores (whole), mem_limit, and the time and GPUs below.
+    # Homes and nbgrader's exchange must be on storage every node mounts; the job checks (slurm_job.sh).
+    try:
+        importlib.import_module("batchspawner")  # registers the hub's /api/batchspawner (the servers' ports)
+    except ImportError as e:
+        raise ImportError("DPC_HUB_SPAWNER=slurm needs batchspawner in the hub's environment "
+                          "(requirements-hub.txt; src/dpc_setup/hub.sh installs it)") from e
+    nodes = dict(pair.split("=", 1) for pair in os.environ.get("DPC_HUB_NODES", "").split(",") if pair)
+    SLURM = "MultiSlurmSpawner" if nodes else "SlurmSpawner"
+    c.JupyterHub.spawner_class = f"batchspawner.{SLURM}"
+    slurm = getattr(c, SLURM)
+    if nodes:
+        slurm.daemon_resolver = nodes
+    slurm.batch_script = (Path(__file__).parent / "slurm_job.sh").read_text()
+    slurm.req_nprocs = str(math.ceil(float(os.environ.get("DPC_HUB_CPU", "2"))))
+    slurm.req_memory = os.environ.get("DPC_HUB_MEM", "4G")
+    slurm.req_runtime = os.environ.get("DPC_HUB_TIME", "08:00:00")
+    gpus = int(os.environ.get("DPC_HUB_GPUS", "0"))
+    slurm.req_gres = f"gpu:{gpus}" if gpus else ""
+    slurm.req_partition = os.environ.get("DPC_HUB_PARTITION", "")
+    # sbatch, squeue and scancel run as the student (root's hub, no sudo needed on the hub's node).
+    slurm.exec_prefix = f"{shutil.which('runuser') or '/usr/sbin/runuser'} -u {{username}} --"
+    slurm.start_timeout = int(os.environ.get("DPC_HUB_QUEUE_S", "3600"))  # a queued student waits
 else:
-    raise ValueError(f"DPC_HUB_SPAWNER must be auto, systemd or cgroup, not {SPAWNER!r}")
+    raise ValueError(f"DPC_HUB_SPAWNER must be auto, systemd, cgroup or slurm, not {SPAWNER!r}")
 c.Spawner.cmd = [str(ENV / "bin" / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.cpu_limit = float(os.environ.get("DPC_HUB_CPU", "2"))
@@ -113,3 +151,20 @@ c.Spawner.environment = {
     "DPC_COURSE_ID": os.environ.get("DPC_COURSE_ID", "dp-course"),
     "DPC_EXCHANGE": os.environ.get("DPC_EXCHANGE", "/srv/nbgrader/exchange"),
 }
+if SPAWNER == "slurm" and os.environ.get("SLURM_CONF"):  # a cluster whose slurm.conf is not in /etc/slurm
+    c.Spawner.environment["SLURM_CONF"] = os.environ["SLURM_CONF"]
+
+# Idle servers stopped: jupyterhub-idle-culler (requirements-hub.txt), started and stopped with the hub, allowed
+# exactly what it needs. A server whose kernels and terminals did nothing for DPC_HUB_CULL_S is stopped (its
+# notebooks stay in the home); the student starts it again from the hub's page.
+CULL_S = int(os.environ.get("DPC_HUB_CULL_S", "3600"))
+if CULL_S > 0:
+    c.JupyterHub.services = [{"name": "idle-culler", "command": [
+        sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={CULL_S}", f"--cull-every={max(5, CULL_S // 4)}"]}]
+    c.JupyterHub.load_roles = [{"name": "idle-culler", "services": ["idle-culler"],
+                                "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]}]
+    # The culler judges by the activity the hub knows: the servers report theirs, and the hub reads the proxy's,
+    # every 300 s by default. A timeout shorter than that would stop servers in use: both report 4 times per timeout.
+    every = min(300, max(5, CULL_S // 4))
+    c.JupyterHub.last_activity_interval = every
+    c.Spawner.environment["JUPYTERHUB_ACTIVITY_INTERVAL"] = str(every)

@@ -1,7 +1,7 @@
 """A real class on a real JupyterHub on this machine, used in a browser, graded, torn down (`make classroom-test`).
 
     python -m dpc_maintainer.classroom [--lab 05-ring-allreduce|all] [--students N] [--keep] [--parameters ci]
-                                       [--no-labs-check] [--fairness] [--clean]
+                                       [--spawner local|slurm] [--no-labs-check] [--fairness] [--clean]
 
 As root, with apt (chromium) and npm. It prints a timeline (seconds per step) and exits 1 on the first failed
 step (2 when the machine cannot run it: not root, no apt or npm). Logs and screenshots: build/classroom/<run>/.
@@ -14,7 +14,8 @@ The files, in the order a class run goes through them:
     steps.py     its steps in order (up_and_run; run_lab per lab), each timed on the timeline
     common.py    what every stage uses: paths, deadlines, StepFailed, the timeline, running a command, waiting
     hub.py       whether the machine can; src/dpc_setup/hub.sh (chromium, the proxy, the hub's environment), the
-                 class environment (`make class-env`), the JupyterHub (PAM logins, per-user cgroups) on free
+                 class environment (`make class-env`), with --spawner slurm the two-node SLURM cluster
+                 (dpc_setup.cluster), the JupyterHub (PAM logins, per-user cgroups or SLURM jobs) on free
                  loopback ports, and the course's website built with this hub's link (dpc_maintainer.book)
     accounts.py  N student accounts and an instructor with random passwords; running a command as one of them
     release.py   the student release served by `git daemon` on loopback, its nbgitpuller link, nbgrader's
@@ -29,6 +30,11 @@ The files, in the order a class run goes through them:
                  nbgrader (release_feedback, fetch_feedback)
     fairness.py  instead of the labs (--fairness): a classmate's kernel round trip while one student runs a
                  heavy lab, then a kernel past its memory limit, which must die alone
+    jobs.py      --spawner slurm: each student's server a SLURM job of theirs (squeue), over both nodes, their kernel
+                 and every torchrun their lab started inside it
+    faults.py    --spawner slurm, after the lab: idle servers culled (their jobs end), a full cluster where one
+                 student waits in the queue until a classmate's server is culled, a node lost under a student who
+                 then gets a new job on the other node with their saved notebook
     teardown.py  stop the hub, proxy, servers and git daemon; remove the users, homes, cgroups and exchange; check
                  that no process of those users is left and every port is closed; what killed runs left
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from dpc_maintainer.classroom.common import DEFAULT_LAB, FAIRNESS_LAB, ROOT, StepFailed
 from dpc_maintainer.classroom.fairness import measure
+from dpc_maintainer.classroom.faults import run_phase
 from dpc_maintainer.classroom.hub import unavailable
 from dpc_maintainer.classroom.room import Classroom
 from dpc_maintainer.classroom.steps import up_and_run
@@ -34,7 +35,10 @@ def parser() -> argparse.ArgumentParser:
                     help="a lab of labs/, or 'all' (default: $CLASSROOM_LAB or 05-ring-allreduce)")
     ap.add_argument("--students", type=int, default=2)
     ap.add_argument("--keep", action="store_true", help="leave it all running, even after a failure (no tear-down: for a look)")
-    ap.add_argument("--cpu", default="1.5", help="cores per user (cgroup CPU quota)")
+    ap.add_argument("--spawner", choices=["local", "slurm"], default=os.environ.get("CLASSROOM_SPAWNER") or "local",
+                    help="local: each student's server in a cgroup on this machine; slurm: each a SLURM job "
+                         "(batchspawner) on a two-node cluster brought up here (default: $CLASSROOM_SPAWNER or local)")
+    ap.add_argument("--cpu", default="1.5", help="cores per user (cgroup CPU quota; a SLURM job asks for them whole)")
     ap.add_argument("--mem", default="4G", help="memory per user")
     ap.add_argument("--parameters", choices=["defaults", "ci"], default="defaults",
                     help="the grader's --parameters: the notebooks' own (default) or course.yml's ci values")
@@ -46,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
                          "kernel round trip is timed, then that kernel goes past the memory limit")
     ap.add_argument("--clean", action="store_true",
                     help="only remove what earlier runs that were killed left behind (accounts, hubs, cgroups), and exit")
-    ap.add_argument("--browser", choices=["work", "feedback", "fairness"], help=argparse.SUPPRESS)
+    ap.add_argument("--browser", choices=["work", "feedback", "fairness", "queue", "lost-node"], help=argparse.SUPPRESS)
     ap.add_argument("--plan", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     return ap
@@ -56,7 +60,12 @@ def browser_phase(phase: str, plan_file: Path, result: Path) -> int:
     """The browser part, in the hub's environment: the plan's students in Chromium, their results written."""
     plan = json.loads(plan_file.read_text())
     try:
-        res = asyncio.run(measure(plan) if phase == "fairness" else run_browsers(phase, plan))
+        if phase == "fairness":
+            res = asyncio.run(measure(plan))
+        elif phase in ("queue", "lost-node"):
+            res = asyncio.run(run_phase(phase, plan))
+        else:
+            res = asyncio.run(run_browsers(phase, plan))
     except KeyboardInterrupt:  # a Ctrl-C reaches the whole group: the run says it once, with its tear-down
         return 130
     result.write_text(json.dumps(res, indent=1))
@@ -144,9 +153,16 @@ def main(argv: list[str] | None = None) -> int:
     if wrong:
         print(f"classroom: {wrong}", file=sys.stderr)
         return 2
+    if a.spawner == "slurm":
+        from dpc_setup.cluster import unavailable as no_cluster  # the course's environment (the harness's side)
+
+        why = no_cluster() or ""
+        if why:
+            print(f"classroom: cannot run --spawner slurm here: {why}", file=sys.stderr)
+            return 2
     room = Classroom(labs, a.students, a.keep, a.cpu, a.mem, fairness_only=a.fairness, parameters=a.parameters,
-                     labs_check=not a.no_labs_check)
-    print(f"classroom: run {room.dir.name}: labs {', '.join(labs)}, {a.students} students, "
+                     labs_check=not a.no_labs_check, spawner=a.spawner)
+    print(f"classroom: run {room.dir.name}: labs {', '.join(labs)}, {a.students} students, spawner {a.spawner}, "
           f"ports {room.ports}; logs and screenshots in {room.dir}", flush=True)
     failed = keep_or_tear_down(room, run_class(room))
     print(room.timeline.report())

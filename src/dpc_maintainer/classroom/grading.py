@@ -5,9 +5,10 @@ feedback`, release_feedback, each student's fetch_feedback), and the pages each 
 from __future__ import annotations
 
 import csv
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dpc_maintainer.classroom.accounts import as_user
 from dpc_maintainer.classroom.common import COURSE_ID, FOLDER, ROOT, StepFailed, run
@@ -19,9 +20,12 @@ if TYPE_CHECKING:
 def grade(room: Classroom, lab: str, submitted: Path) -> None:
     """The course's grader (sandboxed) on what was collected; filled: full marks, unfilled: 0."""
     out = room.dir / f"grades-{lab}.csv"
+    over_slurm: dict[str, Any] = {}  # --spawner slurm: one SLURM task per student, on the class's cluster
+    if room.cluster is not None:
+        over_slurm = {"env": {**os.environ, "SLURM_CONF": str(room.cluster.conf)}}
     run([sys.executable, "-m", "dpc_instructor.grade", str(submitted), "--lab", lab,
-         "--course", str(room.course), "--out", str(out), "--parameters", room.parameters],
-        f"grade {lab}", room.log, cwd=ROOT, timeout=3600)
+         "--course", str(room.course), "--out", str(out), "--parameters", room.parameters,
+         *(["--slurm"] if over_slurm else [])], f"grade {lab}", room.log, cwd=ROOT, timeout=3600, **over_slurm)
     rows = {r["student"]: r for r in csv.DictReader(out.open())}
     wrong = []
     for s in room.students:

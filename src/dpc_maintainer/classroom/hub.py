@@ -60,7 +60,22 @@ def hub_env(room: Classroom, state: Path) -> dict[str, str]:
         "DPC_HUB_CPU": room.cpu, "DPC_HUB_MEM": room.mem, "DPC_HUB_PIDS": "2048",
         "PYTHONPATH": str(ROOT / "src"),  # the config names its spawner, dpc_instructor.hub.spawner
     })
+    if room.cluster is not None:  # each server a SLURM job on the run's two-node cluster
+        from dpc_maintainer.classroom.faults import CULL_S
+        from dpc_setup.cluster import NODE_ADDR
+
+        env.update({"DPC_HUB_SPAWNER": "slurm", "SLURM_CONF": str(room.cluster.conf), "DPC_HUB_TIME": "01:00:00",
+                    "DPC_HUB_CULL_S": str(CULL_S),
+                    "DPC_HUB_NODES": ",".join(f"{n}={a}" for n, a in NODE_ADDR.items())})
     return env
+
+
+def start_cluster(room: Classroom) -> None:
+    """The two-node SLURM cluster (dpc_setup.cluster) the servers run on, until the tear-down closes it."""
+    from dpc_setup.cluster import cluster
+
+    room.cluster = room.stack.enter_context(cluster())
+    print(f"classroom:   cluster {room.cluster.conf}: {room.cluster.sinfo()}", flush=True)
 
 
 def start_hub(room: Classroom) -> None:

@@ -6,12 +6,14 @@ hub's environment (Playwright, no psutil or torch); the harness takes the launch
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from dpc_maintainer.classroom.common import BUILD, RUN_MARKER, Account, Timeline, cgroup_roots
 from dpc_runtime.reaper import Guard
@@ -21,12 +23,14 @@ class Classroom:
     """One run: what it brought up (to tear down) and the steps."""
 
     def __init__(self, labs: list[str], students: int, keep: bool, cpu: str, mem: str,
-                 fairness_only: bool = False, parameters: str = "defaults", labs_check: bool = True) -> None:
+                 fairness_only: bool = False, parameters: str = "defaults", labs_check: bool = True,
+                 spawner: str = "local") -> None:
         """Names, ports and folders of this run (nothing is started yet)."""
         self.labs = labs
         self.parameters = parameters  # the grader's --parameters
         self.labs_check = labs_check  # the release checks that labs/ is generated from solutions/
         self.fairness_only = fairness_only
+        self.spawner = spawner  # local: one cgroup per student on this machine; slurm: a SLURM job each
         self.tag = secrets.token_hex(2)
         self.keep = keep
         self.cpu, self.mem = cpu, mem
@@ -53,6 +57,8 @@ class Classroom:
         self.repo = ""  # the release's git URL, once served
         self.base = ""  # the hub's address, once up
         self.book: Path | None = None  # the course's website, once built
+        self.stack = contextlib.ExitStack()  # spawner slurm: the two-node cluster, closed by the tear-down
+        self.cluster: Any = None  # spawner slurm: dpc_setup.cluster.Cluster, once up
         # Everything this run starts carries its tag (the hub passes it on to the proxy); a guardian
         # removes what the run made if the run dies before its tear-down (SIGKILL, a hard timeout).
         os.environ[RUN_MARKER] = self.tag

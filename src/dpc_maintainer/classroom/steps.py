@@ -5,11 +5,13 @@ measurement). The stages' own files do the steps.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
-from dpc_maintainer.classroom import accounts, grading, hub, release, students
+from dpc_maintainer.classroom import accounts, grading, hub, jobs, release, students
 from dpc_maintainer.classroom.fairness import fairness
+from dpc_maintainer.classroom.faults import queue_cull_and_lost_node
 
 if TYPE_CHECKING:
     from dpc_maintainer.classroom.room import Classroom
@@ -27,6 +29,9 @@ def up_and_run(room: Classroom) -> None:
         release.make_exchange(room)
     with t.step("student release, served by git daemon on loopback"):
         release.serve_release(room)
+    if room.spawner == "slurm":
+        with t.step("a two-node SLURM cluster (src/dpc_setup/cluster.py) for the students' servers"):
+            hub.start_cluster(room)
     with t.step("JupyterHub and its proxy up"):
         hub.start_hub(room)
     if not room.fairness_only:
@@ -39,6 +44,8 @@ def up_and_run(room: Classroom) -> None:
             fairness(room, lab)
         else:
             run_lab(room, lab)
+    if room.cluster is not None and not room.fairness_only:  # what a student meets on a cluster
+        queue_cull_and_lost_node(room, room.labs[-1])
 
 
 def run_lab(room: Classroom, lab: str) -> None:
@@ -46,11 +53,16 @@ def run_lab(room: Classroom, lab: str) -> None:
     t = room.timeline
     with t.step(f"{lab}: instructor releases the assignment (nbgrader exchange)"):
         release.release_assignment(room, lab)
-    with t.step(f"{lab}: students log in, click the nbgitpuller link, fill, Run All at once, save, hand in "
-                "(make submit in a JupyterLab terminal)"):
+    watching: contextlib.AbstractContextManager[dict[str, set[tuple[str, str]]]] = (
+        jobs.watch_launches(room) if room.cluster is not None else contextlib.nullcontext({}))
+    with watching as launches, t.step(f"{lab}: students log in, click the nbgitpuller link, fill, Run All at once, "
+                                      "save, hand in (make submit in a JupyterLab terminal)"):
         students.students_do(room, "work", lab)
     with t.step(f"{lab}: the exchange holds every student's hand-in"):
         release.handed_in(room, lab)
+    if room.cluster is not None:
+        with t.step(f"{lab}: each student's server is a SLURM job, their kernel inside it"):
+            jobs.check_jobs(room, launches)
     with t.step(f"{lab}: instructor collects (nbgrader collect)"):
         submitted = release.collect(room, lab)
     with t.step(f"{lab}: grade (dpc_instructor.grade, sandboxed)"):

@@ -39,8 +39,9 @@ if TYPE_CHECKING:
     from dpc_maintainer.classroom.room import Classroom
 
 
-def start_browsers(room: Classroom, phase: str, lab: str) -> dict[str, Any]:
-    """Run a browser phase (work, feedback or fairness) for every student at once in the hub's environment."""
+def start_browsers(room: Classroom, phase: str, lab: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run a browser phase (work, feedback, fairness; on SLURM queue, lost-node) for every student at once in the
+    hub's environment; extra overrides entries of the plan (its students, say)."""
     plan = {"base": room.base, "repo": room.repo, "lab": lab, "folder": FOLDER, "exchange": str(room.exchange),
             "screens": str(room.dir / "screens"), "profiles": str(room.dir / "profiles"),
             "students": [asdict(s) for s in room.students],
@@ -48,7 +49,7 @@ def start_browsers(room: Classroom, phase: str, lab: str) -> dict[str, Any]:
             "mem": room.mem,
             "book": str(room.book or ""), "chapter": CHAPTER if lab == room.labs[0] else "",
             "chapter_title": chapter_title(),
-            "feedback": feedback_pages(room, lab) if phase == "feedback" else {}}
+            "feedback": feedback_pages(room, lab) if phase == "feedback" else {}, **(extra or {})}
     plan_file = room.dir / f"plan-{phase}-{lab}.json"
     plan_file.write_text(json.dumps(plan))
     plan_file.chmod(0o600)

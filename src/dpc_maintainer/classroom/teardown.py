@@ -44,6 +44,20 @@ def stop_hub(room: Classroom, problems: list[str]) -> None:
             os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
 
 
+def stop_cluster(room: Classroom, problems: list[str]) -> None:
+    """--spawner slurm: the hub stopped, no student's job may be left; then the cluster down (jobs, daemons)."""
+    if room.cluster is None:
+        return
+    with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+        left = [line for line in room.cluster.run("squeue", "-h", "-o", "%i %u %j %T", timeout=20).splitlines()
+                if " jupyterhub-" in line]  # the hub's jobs (the students' servers)
+        if left:
+            problems.append(f"SLURM jobs left after the hub stopped: {left} (cancelled)")
+    room.stack.close()  # dpc_setup.cluster: scancel, daemons stopped, marked processes killed, folder removed
+    if room.cluster.marked():
+        problems.append(f"processes of the cluster left: {room.cluster.marked()}")
+
+
 def stop_git_daemon(room: Classroom) -> None:
     """SIGTERM to the git daemon's process group, SIGKILL after 30 s."""
     git = room.procs.get("git daemon")
@@ -108,6 +122,7 @@ def tear_down(room: Classroom) -> list[str]:
     """Stop and remove all this run made; what could not be cleaned (empty when clean)."""
     problems: list[str] = []
     stop_hub(room, problems)
+    stop_cluster(room, problems)
     stop_git_daemon(room)
     end_users_processes(room, problems)
     remove_users(room, problems)
