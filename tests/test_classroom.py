@@ -165,7 +165,7 @@ def test_a_start_removes_what_an_earlier_killed_run_left() -> None:
     import pwd
     import secrets
 
-    from dpc_runtime.reaper import marked
+    from dpc_runtime.reaper import Guard, marked
 
     tag = secrets.token_hex(2)
     name = f"dpc-student1-{tag}"
@@ -178,6 +178,14 @@ def test_a_start_removes_what_an_earlier_killed_run_left() -> None:
         while hub.pid not in marked(classroom.RUN_MARKER, tag) and time.monotonic() < end:
             time.sleep(0.05)
         assert classroom.leftovers().get(tag) == [name]
+        alive = secrets.token_hex(2)  # a run whose harness runs: its guardian lives, its exchange is there
+        guard = Guard(marker=(classroom.RUN_MARKER, alive), folders=[])
+        its_exchange = Path(tempfile.mkdtemp(prefix=f"dpc-exchange-{alive}-"))
+        try:
+            assert alive not in classroom.leftovers() and its_exchange.exists()
+        finally:
+            guard.dismiss()
+            shutil.rmtree(its_exchange, ignore_errors=True)
         said = classroom.clean_leftovers()
         assert any(f"run {tag}: userdel --remove {name}: exit 0" in line for line in said), said
         hub.wait(timeout=60)  # killed by the clean-up (an event, bounded)

@@ -73,3 +73,19 @@ def test_a_dismissed_guardian_touches_nothing(tmp_path):
     finally:
         for pid in left:
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_run_is_known_alive_by_its_guardian(tmp_path):
+    """guarded(): a run whose marker is set once it runs (not in its /proc environ, as a class run's) is alive
+    exactly as long as its guardian: a second run's start then leaves it alone (the class on SLURM was torn down
+    by a class test started beside it before this)."""
+    from dpc_runtime.reaper import Guard, guarded
+
+    tag = f"alive-{os.getpid()}"
+    guard = Guard(marker=("DPC_TEST_RUN", tag), folders=[str(tmp_path / "nothing")])
+    try:
+        assert guarded("DPC_TEST_RUN", tag)
+        assert not guarded("DPC_TEST_RUN", tag + "-other")
+    finally:
+        guard.dismiss()  # the guardian leaves (and waits for it): the run is over
+    assert not guarded("DPC_TEST_RUN", tag)

@@ -72,6 +72,26 @@ def marked(variable: str, value: str) -> list[int]:
     return found
 
 
+def guarded(variable: str, value: str) -> bool:
+    """True while a guardian (Guard) of the run marked variable=value is alive: it lives exactly as long as the
+    run that started it (a run's own marker, set once it runs, is not in its /proc environ; its guardian is)."""
+    for plan in Path(tempfile.gettempdir()).glob("dpc-guard-*/plan.json"):
+        try:
+            if json.loads(plan.read_text()).get("marker") != [variable, value]:
+                continue
+        except (OSError, ValueError):
+            continue  # being rewritten, or gone
+        want = str(plan).encode()
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and want in (proc / "cmdline").read_bytes().split(b"\0") \
+                        and _live(int(proc.name)):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def owned_by(uids: set[int]) -> list[int]:
     """Pids of live processes whose real user is one of uids."""
     found = []

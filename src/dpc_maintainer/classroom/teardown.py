@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dpc_maintainer.classroom.common import ACCOUNT, RUN_MARKER, cgroup_roots, port_open
-from dpc_runtime.reaper import Plan, clean, kill_all, marked, owned_by
+from dpc_runtime.reaper import Plan, clean, guarded, kill_all, owned_by
 
 if TYPE_CHECKING:
     from dpc_maintainer.classroom.room import Classroom
@@ -151,15 +151,11 @@ def leftovers() -> dict[str, list[str]]:
 
 
 def _harness_alive(tag: str) -> bool:
-    """True while the harness of run <tag> runs (its hub and servers may outlive a killed harness)."""
-    for pid in marked(RUN_MARKER, tag):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"dpc_maintainer.classroom" in argv and b"--browser" not in argv:
-            return True
-    return False
+    """True while the harness of run <tag> runs (its hub and servers may outlive a killed harness): its guardian,
+    which lives as long as the harness, is alive. (The harness's own marker is set once it runs: it is not in its
+    /proc environ; a check by the marker's processes took a live run, between its browser phases, for a dead one,
+    and a second run's start tore it down.)"""
+    return guarded(RUN_MARKER, tag)
 
 
 def clean_leftovers() -> list[str]:
