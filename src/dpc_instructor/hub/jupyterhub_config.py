@@ -159,12 +159,12 @@ if SPAWNER == "slurm" and os.environ.get("SLURM_CONF"):  # a cluster whose slurm
 # notebooks stay in the home); the student starts it again from the hub's page.
 CULL_S = int(os.environ.get("DPC_HUB_CULL_S", "3600"))
 if CULL_S > 0:
+    # The culler judges by the activity the hub knows: the servers report theirs, and the hub reads the proxy's,
+    # every 300 s by default. A timeout shorter than that would stop servers in use: all report 4 times per timeout.
+    every = min(300, max(5, CULL_S // 4))
     c.JupyterHub.services = [{"name": "idle-culler", "command": [
-        sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={CULL_S}", f"--cull-every={max(5, CULL_S // 4)}"]}]
+        sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={CULL_S}", f"--cull-every={every}"]}]
     c.JupyterHub.load_roles = [{"name": "idle-culler", "services": ["idle-culler"],
                                 "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]}]
-    # The culler judges by the activity the hub knows: the servers report theirs, and the hub reads the proxy's,
-    # every 300 s by default. A timeout shorter than that would stop servers in use: both report 4 times per timeout.
-    every = min(300, max(5, CULL_S // 4))
     c.JupyterHub.last_activity_interval = every
     c.Spawner.environment["JUPYTERHUB_ACTIVITY_INTERVAL"] = str(every)
