@@ -146,6 +146,8 @@ def test_a_class_of_one_runs_and_fairness_needs_a_classmate() -> None:
     assert wrong_arguments(["05-ring-allreduce"], 0).startswith("--students must be at least 1")
     assert wrong_arguments(["05-ring-allreduce"], 1, fairness=True).startswith("--fairness needs --students 2")
     assert wrong_arguments(["05-ring-allreduce"], 2, fairness=True) == ""
+    assert wrong_arguments(["05-ring-allreduce"], 6, queue=True).startswith("--queue needs --spawner slurm")
+    assert wrong_arguments(["05-ring-allreduce"], 6, queue=True, spawner="slurm") == ""
     assert wrong_arguments(["no-such-lab"], 2) == "no lab labs/no-such-lab"
 
 

@@ -48,6 +48,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--fairness", action="store_true",
                     help="instead of the class: one student runs the lab (default 06-horovod) while a classmate's "
                          "kernel round trip is timed, then that kernel goes past the memory limit")
+    ap.add_argument("--queue", action="store_true",
+                    help="with --spawner slurm, instead of the labs: every student logs in at once (--cpu cores each); "
+                         "how many are served at once, how long the others wait in SLURM's queue")
     ap.add_argument("--clean", action="store_true",
                     help="only remove what earlier runs that were killed left behind (accounts, hubs, cgroups), and exit")
     ap.add_argument("--browser", choices=["work", "feedback", "fairness", "queue", "lost-node"], help=argparse.SUPPRESS)
@@ -79,8 +82,11 @@ def chosen_labs(a: argparse.Namespace) -> list[str]:
     return sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_dir()) if a.lab == "all" else [a.lab]
 
 
-def wrong_arguments(labs: list[str], students: int, fairness: bool = False) -> str:
+def wrong_arguments(labs: list[str], students: int, fairness: bool = False, queue: bool = False,
+                    spawner: str = "local") -> str:
     """Why the run's labs or number of students cannot be ('' when they can)."""
+    if queue and spawner != "slurm":
+        return "--queue needs --spawner slurm (it measures SLURM's queue)"
     for lab in labs:
         if not (ROOT / "labs" / lab).is_dir():
             return f"no lab labs/{lab}"
@@ -149,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"classroom: clean: {len(left)} run(s) left")
         return 0 if not left else 1
     labs = chosen_labs(a)
-    wrong = wrong_arguments(labs, a.students, a.fairness)
+    wrong = wrong_arguments(labs, a.students, a.fairness, a.queue, a.spawner)
     if wrong:
         print(f"classroom: {wrong}", file=sys.stderr)
         return 2
@@ -161,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"classroom: cannot run --spawner slurm here: {why}", file=sys.stderr)
             return 2
     room = Classroom(labs, a.students, a.keep, a.cpu, a.mem, fairness_only=a.fairness, parameters=a.parameters,
-                     labs_check=not a.no_labs_check, spawner=a.spawner)
+                     labs_check=not a.no_labs_check, spawner=a.spawner, queue_only=a.queue)
     print(f"classroom: run {room.dir.name}: labs {', '.join(labs)}, {a.students} students, spawner {a.spawner}, "
           f"ports {room.ports}; logs and screenshots in {room.dir}", flush=True)
     failed = keep_or_tear_down(room, run_class(room))

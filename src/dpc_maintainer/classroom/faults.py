@@ -87,6 +87,30 @@ def queue_cull_and_lost_node(room: Classroom, lab: str) -> dict[str, Any]:
     return found
 
 
+def queue(room: Classroom) -> dict[str, Any]:
+    """--queue: every student logs in at once on the empty cluster, each job asking for --cpu cores (whole): how
+    many are served at once, and how long the others wait (their jobs start as the culler stops idle servers)."""
+    from dpc_maintainer.classroom.students import start_browsers
+    from dpc_setup.cluster import CPUS_PER_NODE, NODES
+
+    per, cores, n = math.ceil(float(room.cpu)), CPUS_PER_NODE * len(NODES), len(room.students)
+    with room.timeline.step(f"slurm: {n} students log in at once, {per} cores each, on {len(NODES)} nodes of "
+                            f"{CPUS_PER_NODE} cores"):
+        res = start_browsers(room, "queue", room.labs[0], {"cull_s": CULL_S})
+        bad = [f"{name}: {r['error']}" for name, r in res.items() if r.get("error")]
+        if bad:
+            raise StepFailed("; ".join(bad))
+        at_once = sorted(r["to_lab_s"] for r in res.values() if r["to_lab_s"] < CULL_S)
+        waited = sorted(r["to_lab_s"] for r in res.values() if r["to_lab_s"] >= CULL_S)
+        print(f"classroom: queue: {len(at_once)} of {n} served at once ({at_once} s to JupyterLab); "
+              f"{len(waited)} waited in the queue until the culler stopped an idle server ({waited} s; every one's "
+              f"page said {PENDING!r}: {all(res[x]['saw_pending'] for x in res if res[x]['to_lab_s'] >= CULL_S)})",
+              flush=True)
+        if len(at_once) != min(n, cores // per):
+            raise StepFailed(f"{len(at_once)} served at once, expected {min(n, cores // per)} ({cores} cores, {per} each)")
+    return res
+
+
 def hub_log(room: Classroom) -> str:
     """The hub's log so far (the culler, a service of the hub, writes into it too)."""
     return (room.dir / "hub.log").read_text(errors="replace")

@@ -24,13 +24,14 @@ class Classroom:
 
     def __init__(self, labs: list[str], students: int, keep: bool, cpu: str, mem: str,
                  fairness_only: bool = False, parameters: str = "defaults", labs_check: bool = True,
-                 spawner: str = "local") -> None:
+                 spawner: str = "local", queue_only: bool = False) -> None:
         """Names, ports and folders of this run (nothing is started yet)."""
         self.labs = labs
         self.parameters = parameters  # the grader's --parameters
         self.labs_check = labs_check  # the release checks that labs/ is generated from solutions/
         self.fairness_only = fairness_only
         self.spawner = spawner  # local: one cgroup per student on this machine; slurm: a SLURM job each
+        self.queue_only = queue_only  # --queue: instead of the labs, the students' logins on a full cluster
         self.tag = secrets.token_hex(2)
         self.keep = keep
         self.cpu, self.mem = cpu, mem

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from dpc_maintainer.classroom import accounts, grading, hub, jobs, release, students
 from dpc_maintainer.classroom.fairness import fairness
-from dpc_maintainer.classroom.faults import queue_cull_and_lost_node
+from dpc_maintainer.classroom.faults import queue, queue_cull_and_lost_node
 
 if TYPE_CHECKING:
     from dpc_maintainer.classroom.room import Classroom
@@ -34,6 +34,9 @@ def up_and_run(room: Classroom) -> None:
             hub.start_cluster(room)
     with t.step("JupyterHub and its proxy up"):
         hub.start_hub(room)
+    if room.queue_only:  # --queue: the measurement alone
+        queue(room)
+        return
     if not room.fairness_only:
         with t.step("the course's website with this hub's link (make book)"):
             hub.build_book(room)
