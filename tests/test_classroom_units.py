@@ -239,3 +239,13 @@ def test_a_lost_node_takes_every_process_below_its_job_steps() -> None:
         p.kill()
         p.wait()
         os.kill(grandchild, 9)
+
+
+def test_a_student_is_queued_when_the_page_said_pending_for_half_a_culling() -> None:
+    """faults.served_at_once: a job that starts at once may show 'Pending in queue' for a moment; one that waited
+    for a culled server showed it for about a minute; a loaded machine makes either slower to reach JupyterLab."""
+    from dpc_maintainer.classroom import faults
+
+    res = {"a": {"pending_s": None, "to_lab_s": 75.0}, "b": {"pending_s": 1.5, "to_lab_s": 20.0},
+           "c": {"pending_s": faults.CULL_S * 0.9, "to_lab_s": 95.0}}
+    assert faults.served_at_once(res) == (["a", "b"], ["c"])
