@@ -162,21 +162,13 @@ def step_of(pid: int) -> str:
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below pid (children, their children, ...)."""
-    children: dict[int, list[int]] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(proc.name))
-    found, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            found.append(c)
-            todo.append(c)
-    return found
+    """Every process below pid (children, their children, ...): psutil's tree, as the launcher's kill uses."""
+    import psutil  # the harness's side (the course's environment; the browser's has none)
+
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 # ---------------------------------------------------------------- the browser (hub's environment)
