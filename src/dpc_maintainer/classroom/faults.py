@@ -79,9 +79,12 @@ def queue_cull_and_lost_node(room: Classroom, lab: str) -> dict[str, Any]:
         print(f"classroom:   {json.dumps(r, sort_keys=True)}", flush=True)
         if not job or r.get("error") or not r.get("notebook_there"):
             raise StepFailed(f"{last} and the lost node (job {job or 'none'}): {r}")
-        now = student_jobs(room).get(last, [])
+        # The lost job may still be listed COMPLETING (its node cannot report its end): not running, not counted.
+        jobs = student_jobs(room).get(last, [])
+        now = [j for j in jobs if j[1] == "RUNNING"]
         if len(now) != 1 or now[0][2] == node or now[0][0] == job:
-            raise StepFailed(f"{last}'s server after {node} was lost: jobs {now}, expected a new one on the other node")
+            raise StepFailed(f"{last}'s server after {node} was lost: jobs {jobs}, expected one running, new, "
+                             "on the other node")
         found["lost_node"] = {"student": last, "lost": node, "job": job, "now": now[0], **r}
     return found
 
